@@ -1,0 +1,103 @@
+"""An algorithm is a client half and a server half exchanging only `Message`s.
+
+The client half turns (working model, global message, its private state, its data) into an
+outgoing message and a new private state; the server half turns the replies into the next
+global message. Neither knows which runtime drives it (in-process simulator or Flower).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from fedcare.algorithms.messages import ClientState, Message
+from fedcare.algorithms.split import SHARE_ALL, ParameterSplit, load_tensors
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, train_epochs
+
+ClientId = object  # any sortable id: the pain study uses subject numbers
+
+NUM_EXAMPLES = "num_examples"
+TRAIN_LOSS = "train_loss"
+
+
+class ClientHalf:
+    """FedAvg's client: train every layer for E epochs, send the shared tensors."""
+
+    def __init__(self, settings: TrainSettings, split: ParameterSplit = SHARE_ALL):
+        self.settings = settings
+        self.split = split
+
+    def init_state(self, model: nn.Module) -> ClientState:
+        """Step (0) of PFDL: every client's private part starts as the initial model's."""
+        return self.split.private_tensors(model)
+
+    def load(self, model: nn.Module, message: Message, state: ClientState) -> nn.Module:
+        """Put the model this client would use into `model`: shared from the server, private own."""
+        load_tensors(model, message.tensors)
+        load_tensors(model, state)
+        return model
+
+    def outgoing(self, model: nn.Module, n: int, loss: float) -> tuple[Message, ClientState]:
+        message = Message(self.split.shared_tensors(model), {NUM_EXAMPLES: float(n), TRAIN_LOSS: loss})
+        return message, self.split.private_tensors(model)
+
+    def fit(
+        self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
+    ) -> tuple[Message, ClientState]:
+        self.load(model, message, state).train()
+        s = self.settings
+        loss = train_epochs(
+            model, model.parameters(), data, epochs=s.local_epochs, lr=s.lr, batch_size=s.batch_size,
+            generator=rng.torch("fit-order"),
+        )
+        return self.outgoing(model, len(data), loss)
+
+    def after_aggregation(
+        self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
+    ) -> ClientState:
+        """Runs on each participating client once the new global message exists (PFDL's
+        fine-tuning). The default keeps the state as it is."""
+        return state
+
+
+class ServerHalf:
+    """Weighted average of the shared tensors, in a fixed order (sorted by client id):
+    float sums depend on order, and replies may arrive in any order."""
+
+    def __init__(self, split: ParameterSplit = SHARE_ALL, weighting: str = "examples"):
+        if weighting not in ("examples", "uniform"):
+            raise ValueError(f"weighting must be 'examples' or 'uniform', got {weighting!r}")
+        self.split = split
+        self.weighting = weighting
+
+    def initial_message(self, model: nn.Module) -> Message:
+        return Message(self.split.shared_tensors(model))
+
+    def weights(self, replies: Mapping[ClientId, Message]) -> dict[ClientId, float]:
+        raw = {c: (m.scalars[NUM_EXAMPLES] if self.weighting == "examples" else 1.0) for c, m in replies.items()}
+        total = sum(raw.values())
+        return {c: w / total for c, w in raw.items()}
+
+    def aggregate(self, current: Message, replies: Mapping[ClientId, Message]) -> Message:
+        if not replies or not current.tensors:
+            return current
+        weights = self.weights(replies)
+        order = sorted(replies)
+        averaged = {}
+        for name, old in current.tensors.items():
+            acc = torch.zeros(old.shape, dtype=torch.float64)
+            for client in order:
+                acc += weights[client] * replies[client].tensors[name].double()
+            averaged[name] = acc.round().to(old.dtype) if not old.is_floating_point() else acc.to(old.dtype)
+        return Message(averaged)
+
+
+@dataclass
+class Algorithm:
+    name: str
+    client: ClientHalf
+    server: ServerHalf
+    pooled: bool = False  # centralized: one participant holding every client's data

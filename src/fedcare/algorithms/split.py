@@ -1,0 +1,63 @@
+"""Which tensors leave a client: declared by module path and module type, never by name guessing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+def _under(path: str, prefix: str) -> bool:
+    return prefix == "" or path == prefix or path.startswith(prefix + ".")
+
+
+@dataclass(frozen=True)
+class ParameterSplit:
+    """A tensor is shared when its module lies under one of `shared_paths` ("" = the whole
+    model) and is not an instance of `private_types` (e.g. BatchNorm for FedBN).
+    Parameters and buffers (BatchNorm running statistics) follow their module."""
+
+    shared_paths: tuple[str, ...] = ("",)
+    private_types: tuple[type[nn.Module], ...] = ()
+
+    def shared_modules(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
+        return [
+            (path, module)
+            for path, module in model.named_modules()
+            if not isinstance(module, self.private_types) and any(_under(path, p) for p in self.shared_paths)
+        ]
+
+    def shared_keys(self, model: nn.Module) -> list[str]:
+        keys = []
+        for path, module in self.shared_modules(model):
+            for name, _ in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+                keys.append(f"{path}.{name}" if path else name)
+        return keys
+
+    def private_keys(self, model: nn.Module) -> list[str]:
+        shared = set(self.shared_keys(model))
+        return [k for k in model.state_dict() if k not in shared]
+
+    def shared_tensors(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        state = model.state_dict()
+        return {k: state[k].detach().clone() for k in self.shared_keys(model)}
+
+    def private_tensors(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        state = model.state_dict()
+        return {k: state[k].detach().clone() for k in self.private_keys(model)}
+
+
+SHARE_ALL = ParameterSplit(("",))
+SHARE_NOTHING = ParameterSplit(())
+
+
+def load_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Copy named tensors into the model in place; unknown names are an error."""
+    state = model.state_dict()
+    unknown = set(tensors) - set(state)
+    if unknown:
+        raise KeyError(f"tensors not in the model: {sorted(unknown)[:5]}")
+    with torch.no_grad():
+        for k, v in tensors.items():
+            state[k].copy_(v)

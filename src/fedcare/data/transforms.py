@@ -1,0 +1,52 @@
+"""Face-frame preprocessing and the thesis's 4-variant augmentation (Tobis §3.3–3.4).
+
+greyscale -> resize to the pre-crop size -> histogram equalization -> {original, flipped} x
+{straight, rotated ±10°} -> centre crop -> [0, 1]. The thesis crops 250 -> 215; we keep the
+ratio so other image sizes crop alike. 215/250 is also just below 1/(cos10° + sin10°) = 0.863,
+the largest centred square that a 10° rotation leaves free of fill, so one crop serves both.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cv2
+import numpy as np
+
+CROP_RATIO = 215 / 250
+ROTATION_DEGREES = 10.0
+VARIANTS = ("original", "flipped", "rotated", "flipped+rotated")
+
+
+def precrop_size(image_size: int, crop_ratio: float = CROP_RATIO) -> int:
+    return int(math.ceil(image_size / crop_ratio))
+
+
+def preprocess(grey: np.ndarray, image_size: int, crop_ratio: float = CROP_RATIO) -> np.ndarray:
+    """Resize a greyscale uint8 frame to the pre-crop size and equalize its histogram."""
+    if grey.ndim != 2 or grey.dtype != np.uint8:
+        raise ValueError(f"expected a 2-D uint8 greyscale image, got {grey.dtype} {grey.shape}")
+    side = precrop_size(image_size, crop_ratio)
+    resized = cv2.resize(grey, (side, side), interpolation=cv2.INTER_AREA)
+    return cv2.equalizeHist(resized)
+
+
+def centre_crop(image: np.ndarray, size: int) -> np.ndarray:
+    top = (image.shape[0] - size) // 2
+    left = (image.shape[1] - size) // 2
+    return image[top : top + size, left : left + size]
+
+
+def rotate(image: np.ndarray, degrees: float) -> np.ndarray:
+    h, w = image.shape
+    matrix = cv2.getRotationMatrix2D(((w - 1) / 2, (h - 1) / 2), degrees, 1.0)
+    return cv2.warpAffine(image, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+
+
+def four_variants(image: np.ndarray, image_size: int, rotation_sign: int) -> np.ndarray:
+    """(4, image_size, image_size) uint8: original, flipped, rotated, flipped+rotated.
+    Each rotated copy turns 10° in the direction `rotation_sign` (drawn per frame)."""
+    flipped = image[:, ::-1]
+    angle = ROTATION_DEGREES * (1 if rotation_sign >= 0 else -1)
+    variants = (image, flipped, rotate(image, angle), rotate(np.ascontiguousarray(flipped), angle))
+    return np.stack([centre_crop(v, image_size) for v in variants])

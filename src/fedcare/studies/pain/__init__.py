@@ -1,0 +1,1 @@
+"""The federated pain-recognition study (Tobis thesis, PFDL paper)."""

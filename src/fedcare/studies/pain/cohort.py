@@ -1,0 +1,151 @@
+"""The pain cohort in memory: every frame preprocessed and augmented once, grouped by subject
+and session, plus the thesis's balancing (Algorithm 3, as its code does it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedcare.algorithms.training import ClientData
+from fedcare.data.transforms import four_variants, preprocess
+from fedcare.data.unbc import UnbcDataset, UnbcFrame, read_grey
+from fedcare.seeding import numpy_rng
+
+
+class PainDataError(ValueError):
+    """Input data the study cannot use; the message names the path."""
+
+
+@dataclass
+class Session:
+    images: np.ndarray  # (frames, 4 variants, S, S) uint8
+    labels: np.ndarray  # (frames,) 0/1
+    pspi: np.ndarray  # (frames,) float
+
+    @property
+    def positives(self) -> int:
+        return int(self.labels.sum())
+
+    def as_client_data(self) -> ClientData:
+        """Every frame in all 4 variants, unbalanced: the thesis's validation and test sets."""
+        n, v, s, _ = self.images.shape
+        x = torch.from_numpy(self.images.reshape(n * v, 1, s, s))
+        y = torch.from_numpy(np.repeat(self.labels, v).astype(np.float32))
+        return ClientData(x, y)
+
+
+@dataclass
+class PainCohort:
+    sessions: dict[int, list[Session]]  # subject -> its sessions in order
+    image_size: int
+    synthetic: bool
+
+    def subjects(self) -> list[int]:
+        return sorted(self.sessions)
+
+
+def build_cohort(
+    ds: UnbcDataset,
+    subjects: Iterable[int],
+    *,
+    image_size: int,
+    crop_ratio: float,
+    pspi_threshold: float,
+    drop_black_frames: bool,
+    augment_seed: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> PainCohort:
+    """Read, preprocess and augment the frames of `subjects`. Fails naming the path on a
+    missing or corrupt image or a frame without a PSPI label."""
+    wanted = set(subjects)
+    missing = wanted - set(ds.subjects())
+    if missing:
+        raise PainDataError(f"{ds.root}: subjects {sorted(missing)} not found (found {ds.subjects()})")
+    frames = [f for f in ds.frames if f.subject in wanted]
+    by_key: dict[tuple[int, int], list[tuple[UnbcFrame, np.ndarray]]] = {}
+    for i, frame in enumerate(frames):
+        if frame.pspi is None:
+            raise PainDataError(f"{frame.image}: no PSPI label (expected Frame_Labels/PSPI/.../{frame.image.stem}_facs.txt)")
+        grey = read_grey(frame.image)
+        if drop_black_frames and grey.mean() < 1.0:
+            continue
+        sign = 1 if numpy_rng(augment_seed, "rotation", frame.subject, frame.sequence, frame.index).random() < 0.5 else -1
+        variants = four_variants(preprocess(grey, image_size, crop_ratio), image_size, sign)
+        by_key.setdefault((frame.subject, frame.session), []).append((frame, variants))
+        if progress and (i % 50 == 0 or i == len(frames) - 1):
+            progress(i + 1, len(frames))
+    sessions: dict[int, list[Session]] = {}
+    for subject in sorted(wanted):
+        count = 1 + max((s for (subj, s) in by_key if subj == subject), default=-1)
+        subject_sessions = []
+        for s in range(count):
+            items = by_key.get((subject, s), [])
+            pspi = np.array([f.pspi for f, _ in items], dtype=np.float32)
+            images = np.stack([v for _, v in items]) if items else np.zeros((0, 4, image_size, image_size), np.uint8)
+            subject_sessions.append(Session(images, (pspi >= pspi_threshold).astype(np.uint8), pspi))
+        sessions[subject] = subject_sessions
+    return PainCohort(sessions, image_size, ds.synthetic)
+
+
+def balance(sessions: list[Session], upto: int, per_class: int, rng: np.random.Generator) -> ClientData | None:
+    """SessionBalancing as the thesis code's `balance_data` does it: walk back from session
+    `upto` until more than `per_class` examples of each class are gathered (or the sessions run
+    out), then draw `per_class` of each (frame, variant) item: without replacement when enough
+    exist, else all of them topped up with replacement. None when a class is missing."""
+    chosen: list[Session] = []
+    pos = neg = 0
+    for s in range(upto, -1, -1):
+        chosen.append(sessions[s])
+        pos += 4 * sessions[s].positives
+        neg += 4 * (len(sessions[s].labels) - sessions[s].positives)
+        if pos > per_class and neg > per_class:
+            break
+    if pos == 0 or neg == 0:
+        return None
+    images = np.concatenate([s.images.reshape(-1, *s.images.shape[2:]) for s in chosen])
+    labels = np.concatenate([np.repeat(s.labels, 4) for s in chosen])
+    picks = []
+    for cls in (1, 0):
+        idx = np.flatnonzero(labels == cls)
+        if len(idx) >= per_class:
+            picks.append(rng.choice(idx, size=per_class, replace=False))
+        else:
+            picks.append(np.concatenate([idx, rng.choice(idx, size=per_class - len(idx), replace=True)]))
+    sel = np.concatenate(picks)
+    return ClientData(torch.from_numpy(images[sel][:, None]), torch.from_numpy(labels[sel].astype(np.float32)))
+
+
+def pretraining_sets(
+    cohort: PainCohort, subjects: Iterable[int], val_fraction: float, rng: np.random.Generator
+) -> tuple[dict[int, ClientData], dict[int, ClientData]]:
+    """The Group-1 set of thesis §6.1: every positive item (4 variants) and as many negatives
+    drawn across the whole group without replacement, split by frame (a frame's 4 variants
+    stay together, so no augmented copy leaks into validation) into train and validation.
+    Returned per subject: the federated pretraining keeps each subject's data on its client."""
+    rows = []  # (subject, session, frame, variant, label)
+    for subject in sorted(subjects):
+        for s, session in enumerate(cohort.sessions[subject]):
+            for f, label in enumerate(session.labels):
+                rows.extend((subject, s, f, v, int(label)) for v in range(4))
+    table = np.array(rows, dtype=np.int64).reshape(-1, 5)
+    pos = np.flatnonzero(table[:, 4] == 1)
+    neg = np.flatnonzero(table[:, 4] == 0)
+    if len(pos) == 0 or len(neg) == 0:
+        raise PainDataError(f"pretraining subjects {sorted(subjects)} lack pain or no-pain frames")
+    neg = rng.choice(neg, size=min(len(pos), len(neg)), replace=False)
+    table = table[np.sort(np.concatenate([pos, neg]))]
+    frame_ids = np.unique(table[:, :3], axis=0)
+    is_val_frame = rng.random(len(frame_ids)) < val_fraction
+    val_frames = {tuple(r) for r in frame_ids[is_val_frame]}
+    in_val = np.array([tuple(r) in val_frames for r in table[:, :3]], dtype=bool)
+    train, val = {}, {}
+    for subject in sorted(subjects):
+        for split, mask in ((train, ~in_val), (val, in_val)):
+            part = table[(table[:, 0] == subject) & mask]
+            if len(part):
+                x = np.stack([cohort.sessions[subject][s].images[f, v] for _, s, f, v, _ in part])[:, None]
+                split[subject] = ClientData(torch.from_numpy(x), torch.from_numpy(part[:, 4].astype(np.float32)))
+    return train, val

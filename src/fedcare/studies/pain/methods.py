@@ -1,0 +1,44 @@
+"""The pain study's methods as the thesis names them: RANDOM, BC, BF and C/F/FP/FL with an
+initialisation N (random), C (centrally pretrained) or F (federatedly pretrained)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedcare.algorithms import Algorithm, centralized, fedavg, local, pfdl
+from fedcare.algorithms.training import TrainSettings
+from fedcare.config import METHOD_PATTERN, PainExperiment
+
+BASELINE_INIT = {"RANDOM": "N", "BC": "C", "BF": "F"}
+FAMILY_ALGORITHM = {"C": "centralized", "F": "fedavg", "FP": "pfdl", "FL": "local"}
+
+
+@dataclass(frozen=True)
+class Method:
+    label: str  # e.g. "FP(C)"
+    init: str  # N, C or F
+    algorithm: str | None  # None for the untrained baselines
+
+    @staticmethod
+    def parse(label: str) -> "Method":
+        match = METHOD_PATTERN.match(label)
+        if not match:
+            raise ValueError(f"unknown method {label!r}")
+        if label in BASELINE_INIT:
+            return Method(label, BASELINE_INIT[label], None)
+        return Method(label, match.group(3), FAMILY_ALGORITHM[match.group(2)])
+
+
+def make_algorithm(name: str, config: PainExperiment) -> Algorithm:
+    t = config.train
+    settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs)
+    if name == "centralized":
+        return centralized(settings)
+    if name == "fedavg":
+        return fedavg(settings, t.aggregation)
+    if name == "local":
+        return local(settings)
+    if name == "pfdl":
+        p = config.pfdl
+        return pfdl(settings, t.aggregation, tuple(p.shared_paths), p.finetune_epochs, p.lr_factor)
+    raise ValueError(f"unknown algorithm {name!r}")

@@ -1,0 +1,246 @@
+"""The pain study end to end (Tobis thesis §6.2.3, PFDL paper Fig. 4).
+
+Per seed: pretrain on Group 1 (centrally and/or federatedly, as the methods need), then for
+each method walk the sessions: test every subject's own model on session s, train on the
+balanced sessions before s with session s as validation (early stopping, restore best), and
+move on. Test records go to metrics.jsonl; the report is built from them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedcare import __version__
+from fedcare.algorithms import fedavg
+from fedcare.algorithms.training import ClientData, TrainSettings
+from fedcare.config import PainExperiment, to_toml
+from fedcare.data.synthetic.pain import generate_pain_cohort
+from fedcare.data.unbc import load_unbc
+from fedcare.evaluation.metrics import binary_metrics
+from fedcare.models.pain_cnn import PainCNN, glorot_init
+from fedcare.runtime.simulation import Federation, PhaseResult
+from fedcare.seeding import numpy_rng, torch_generator
+from fedcare.studies.pain.cohort import PainCohort, balance, build_cohort, pretraining_sets
+from fedcare.studies.pain.methods import Method, make_algorithm
+
+# progress(task description, units done, units total)
+Progress = Callable[[str, int, int], None]
+
+SYNTHETIC_DIR = "synthetic-data"
+
+
+class RunDirectoryExists(FileExistsError):
+    pass
+
+
+def _records_writer(path: Path):
+    handle = path.open("a")
+
+    def write(record: dict) -> None:
+        handle.write(json.dumps(record, allow_nan=True) + "\n")
+        handle.flush()
+
+    return write, handle
+
+
+class PainStudy:
+    def __init__(self, config: PainExperiment, cohort: PainCohort, write: Callable[[dict], None], progress: Progress | None):
+        self.config = config
+        self.cohort = cohort
+        self.write = write
+        self.progress = progress or (lambda *_: None)
+        subjects = config.protocol.subjects
+        present = max(len(cohort.sessions[k]) for k in subjects) - 1
+        self.last_session = min(present, config.protocol.last_session or present)
+        self.test_sessions = list(range(1, self.last_session + 1))
+        self._test_data: dict[tuple[int, int], ClientData] = {}
+        self.units_total = 0
+        self.units_done = 0
+
+    # -- data -------------------------------------------------------------------------
+    def session_data(self, subject: int, session: int) -> ClientData | None:
+        sessions = self.cohort.sessions[subject]
+        if session >= len(sessions) or len(sessions[session].labels) == 0:
+            return None
+        key = (subject, session)
+        if key not in self._test_data:
+            self._test_data[key] = sessions[session].as_client_data()
+        return self._test_data[key]
+
+    def training_sets(self, seed: int, upto: int) -> dict[int, ClientData]:
+        sets = {}
+        for k in self.config.protocol.subjects:
+            sessions = self.cohort.sessions[k]
+            last = min(upto, len(sessions) - 1)
+            data = balance(sessions, last, self.config.protocol.balance_per_class, numpy_rng(seed, "balance", k, last))
+            if data is not None:
+                sets[k] = data
+        return sets
+
+    # -- models -----------------------------------------------------------------------
+    def new_model(self, state: dict | None = None, seed: int = 0) -> PainCNN:
+        model = PainCNN(self.cohort.image_size)
+        if state is None:
+            glorot_init(model, torch_generator(seed, "init"))
+        else:
+            model.load_state_dict(state)
+        return model
+
+    def pretrain(self, seed: int, kind: str, init_state: dict) -> dict:
+        """kind 'C' (centralized) or 'F' (FedAvg) on the pretraining subjects, early-stopped
+        on their held-out frames; returns the best model's state dict."""
+        p, t = self.config.protocol, self.config.train
+        train, val = pretraining_sets(self.cohort, p.pretrain_subjects, p.pretrain_val_fraction, numpy_rng(seed, "pretrain-split"))
+        algorithm = make_algorithm("centralized" if kind == "C" else "fedavg", self.config)
+        model = self.new_model(init_state)
+        federation = Federation(model, algorithm, seed, client_fraction=t.client_fraction)
+        phase = f"pretrain-{'central' if kind == 'C' else 'federated'}"
+        label = f"pretrain {kind}"
+        result = federation.train_phase(
+            phase, train, val, max_rounds=t.pretrain_max_rounds, patience=t.pretrain_patience,
+            on_round=lambda info: self._round_record(label, seed, phase, info),
+        )
+        self._phase_record(label, seed, phase, result)
+        self._advance(f"seed {seed}: {label}")
+        return federation.global_message.clone().tensors  # every tensor is shared: the whole model
+
+    # -- records ----------------------------------------------------------------------
+    def _round_record(self, method: str, seed: int, phase: str, info: dict) -> None:
+        self.write({"type": "round", "study": "pain", "method": method, "seed": seed, "phase": phase, **info})
+
+    def _phase_record(self, method: str, seed: int, phase: str, result: PhaseResult) -> None:
+        self.write({
+            "type": "phase", "study": "pain", "method": method, "seed": seed, "phase": phase,
+            "rounds": result.rounds, "best_round": result.best_round, "best_val_loss": result.best_val_loss,
+        })
+
+    def _advance(self, description: str) -> None:
+        self.units_done += 1
+        self.progress(description, self.units_done, self.units_total)
+
+    def test(self, federation: Federation, method: str, seed: int, session: int) -> None:
+        for k in self.config.protocol.subjects:
+            data = self.session_data(k, session)
+            if data is None:
+                continue
+            scores, loss = federation.predict(k, data)
+            metrics = binary_metrics(data.y.numpy(), scores.numpy())
+            self.write({
+                "type": "test", "study": "pain", "method": method, "seed": seed, "session": session,
+                "client": k, "loss": loss, **metrics,
+            })
+
+    # -- the protocol -----------------------------------------------------------------
+    def run_method(self, method: Method, seed: int, init_state: dict) -> None:
+        t = self.config.train
+        settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs)
+        if method.algorithm is None:  # RANDOM / BC / BF: evaluated as they are, every client alike
+            federation = Federation(self.new_model(init_state), fedavg(settings), seed)
+            for s in self.test_sessions:
+                self.test(federation, method.label, seed, s)
+                self._advance(f"seed {seed}: {method.label} session {s}")
+            return
+        federation = Federation(self.new_model(init_state), make_algorithm(method.algorithm, self.config), seed,
+                                client_fraction=t.client_fraction)
+        for s in self.test_sessions:
+            self.test(federation, method.label, seed, s)
+            if s < self.last_session:
+                train = self.training_sets(seed, s - 1)
+                val = {k: d for k in self.config.protocol.subjects if (d := self.session_data(k, s)) is not None}
+                phase = f"session-{s}"
+                result = federation.train_phase(
+                    phase, train, val, max_rounds=t.max_rounds, patience=t.patience,
+                    on_round=lambda info: self._round_record(method.label, seed, phase, info),
+                )
+                self._phase_record(method.label, seed, phase, result)
+            self._advance(f"seed {seed}: {method.label} session {s}")
+
+    def run(self) -> None:
+        methods = [Method.parse(m) for m in self.config.methods]
+        inits_needed = sorted({m.init for m in methods} - {"N"})
+        self.units_total = len(self.config.seeds) * (len(inits_needed) + len(methods) * len(self.test_sessions))
+        for seed in self.config.seeds:
+            random_init = self.new_model(seed=seed).state_dict()
+            inits = {"N": random_init}
+            for kind in inits_needed:
+                inits[kind] = self.pretrain(seed, kind, random_init)
+            for method in methods:
+                self.run_method(method, seed, inits[method.init])
+
+
+def load_pain_data(config: PainExperiment, workdir: Path, progress: Progress | None = None) -> PainCohort:
+    """Load (or, for [data.synthetic], generate into `workdir`) and preprocess the cohort."""
+    data = config.data
+    if data.synthetic is not None:
+        syn = data.synthetic
+        root = workdir / SYNTHETIC_DIR
+        generate_pain_cohort(
+            root, seed=syn.seed, subjects=syn.subjects, frame_scale=syn.frame_scale, image_size=syn.image_size,
+            min_frames_per_sequence=syn.min_frames_per_sequence,
+            progress=(lambda d, t: progress("generating synthetic cohort", d, t)) if progress else None,
+        )
+    else:
+        root = data.root
+    protocol = config.protocol
+    subjects = sorted(set(protocol.subjects) | set(protocol.pretrain_subjects))
+    dataset = load_unbc(root, subjects=subjects)
+    return build_cohort(
+        dataset, subjects, image_size=protocol.image_size, crop_ratio=protocol.crop_ratio,
+        pspi_threshold=data.pspi_threshold, drop_black_frames=data.drop_black_frames, augment_seed=data.augment_seed,
+        progress=(lambda d, t: progress("reading and augmenting frames", d, t)) if progress else None,
+    )
+
+
+def run_pain_experiment(
+    config: PainExperiment, out: Path, *, config_file: str = "", progress: Progress | None = None,
+    keep_partial: bool = False,
+) -> Path:
+    """Run the study into `out` and build its report. The work happens in `<out>.partial`,
+    renamed to `out` only on success; on failure it is removed (unless keep_partial)."""
+    out = Path(out)
+    if out.exists():
+        raise RunDirectoryExists(f"{out}: run directory already exists; choose another --out or remove it")
+    partial = out.with_name(out.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    try:
+        if config.runtime.threads:
+            torch.set_num_threads(config.runtime.threads)
+        started = datetime.now(timezone.utc)
+        (partial / "config.toml").write_text(to_toml(config))
+        cohort = load_pain_data(config, partial, progress)
+        write, handle = _records_writer(partial / "metrics.jsonl")
+        with handle:
+            study = PainStudy(config, cohort, write, progress)
+            t0 = time.perf_counter()
+            study.run()
+            seconds = time.perf_counter() - t0
+        notes = []
+        if cohort.synthetic:
+            notes.append("Data: a synthetic cohort in the UNBC-McMaster layout generated by fedcare, not real patients.")
+        run_info = {
+            "study": "pain", "title": config.title, "synthetic": cohort.synthetic, "config_file": config_file,
+            "seeds": config.seeds, "methods": config.methods, "started": started.isoformat(timespec="seconds"),
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "fedcare_version": __version__,
+            "training_seconds": round(seconds, 2), "subjects": config.protocol.subjects,
+            "test_sessions": study.test_sessions, "notes": notes,
+        }
+        (partial / "run.json").write_text(json.dumps(run_info, indent=2))
+        from fedcare.report import build_report
+
+        build_report(partial)
+        partial.rename(out)
+    except BaseException:
+        if not keep_partial:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,31 @@
+"""Small models and data for engine tests."""
+
+import torch
+from torch import nn
+
+from fedcare.algorithms.training import ClientData
+
+
+class TinyNet(nn.Module):
+    """A conv block with BatchNorm under `features`, a dense head under `classifier`."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(2))
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+
+    def forward(self, x):
+        return self.classifier(self.features(x)).squeeze(1)
+
+
+def tiny_model(seed: int = 0) -> TinyNet:
+    torch.manual_seed(seed)
+    return TinyNet()
+
+
+def tiny_data(seed: int, n: int = 40, size: int = 8) -> ClientData:
+    g = torch.Generator().manual_seed(seed)
+    y = (torch.rand(n, generator=g) < 0.5).float()
+    x = torch.randint(0, 200, (n, 1, size, size), generator=g, dtype=torch.uint8)
+    x[y == 1, :, :4] = torch.clamp(x[y == 1, :, :4].int() + 50, max=255).to(torch.uint8)  # a learnable signal
+    return ClientData(x, y)
