@@ -1,0 +1,692 @@
+"""Loader for the UNBC-McMaster Shoulder Pain Expression Archive, read in its real on-disk layout.
+
+Layout (see ``dataset-formats.md`` §1)::
+
+    <root>/Images/<NNN>-<ii><NNN>/<seq>/<seq><FFF>.png
+    <root>/Frame_Labels/PSPI/<subj>/<seq>/<seq><FFF>_facs.txt   one number, "   2.0000000e+00"
+    <root>/Frame_Labels/FACS/<subj>/<seq>/<seq><FFF>_facs.txt   0..n lines "AU intensity ..."
+    <root>/AAM_landmarks/<subj>/<seq>/<seq><FFF>_aam.txt        66 lines "x y"
+    <root>/Sequence_Labels/{AFF,OPR,SEN,VAS}/<subj>/<seq>.txt   one number each
+
+Only ``Images/`` and ``Frame_Labels/PSPI/`` are required; FACS, AAM landmarks and each of the
+four sequence-label measures are optional parts. An optional part that is absent as a whole is
+not a problem (see ``UnbcDataset.parts``); when a part is present, every frame (or sequence)
+it lacks is reported.
+
+Conventions
+-----------
+* **Subjects** are keyed by the 3-digit number of their folder as an int (``042-ll042`` -> 42);
+  the initials are not unique (two ``mg``, two ``jh``). Subject folders must match
+  ``^\\d{3}-[a-z]{2}\\d{3}$``. In the label trees a subject folder is matched to the image
+  folder by its number as well.
+* **Sessions**: the k-th sequence of a subject, in sorted sequence-name order, is session k
+  (0-based). The thesis numbers each subject's sessions from 0; sequence names encode the test
+  occasion (``t1``/``t2``) and then the test type, so name order is the only capture order the
+  archive lets us infer. Only sequence folders holding at least one frame image count, so the
+  sessions of a subject are always 0..k-1 (an empty sequence folder is reported as
+  ``empty_sequence``).
+* **Frames** are ``<seq><FFF>.png`` with FFF the 1-based frame number (3 or more digits).
+  ``UnbcDataset.frames`` holds every frame image found (with or without labels), sorted by
+  (subject, session, index). Frames with unreadable or black images are kept in the list (so
+  counts reflect the files on disk); consumers that read pixels get an ``UnbcImageError``
+  naming the path, and black frames can be dropped by the caller.
+* **Numbers** are MATLAB ``e+00`` text; every number is parsed with ``float(token)`` of
+  whitespace-split text. FACS lines are read for their first two fields only (AU, intensity).
+  AU43 (eyes closed) has no intensity grade and may be stored as 0: its *presence* counts as 1
+  wherever something is computed from FACS (``pspi_from_facs``); ``read_facs`` returns the
+  stored value.
+
+Problems
+--------
+``load_unbc`` never fails on per-file defects; it records them as ``UnbcProblem`` (kind, path,
+detail). ``path`` is the file or folder that exists on disk (for a missing counterpart it is
+the file that *lacks* it, and ``detail`` names the expected path). Kinds (``PROBLEM_KINDS``):
+
+* ``missing_pspi``: a frame image without its PSPI file. This is also "image without label":
+  PSPI is the frame label, so a separate ``image_without_label`` kind is not used.
+* ``bad_pspi``: a PSPI file that is empty, not a number, not finite or outside 0..16
+  (the frame's ``pspi`` is None).
+* ``missing_facs``: a frame image without its FACS file (only when ``Frame_Labels/FACS`` exists).
+* ``bad_facs``: a FACS file with a line that is not "AU intensity" numbers (``facs`` is None).
+* ``empty_facs``: an empty FACS file on a frame whose PSPI is > 0, i.e. pain but no coded AU.
+  An empty FACS file on a PSPI-0 frame is normal data (a frame with no AU, ``facs == {}``) and
+  is only counted in ``summarize`` (``empty_facs_files``), not reported as a problem, so that a
+  clean copy has no problems.
+* ``missing_landmarks``: a frame image without its AAM file (only when ``AAM_landmarks`` exists).
+* ``bad_landmarks``: an AAM file that is not 66 lines of "x y" (only checked with
+  ``check_images=True``, which reads every file).
+* ``missing_sequence_label``: a sequence without its AFF/OPR/SEN/VAS file (only for measures
+  whose ``Sequence_Labels/<M>`` folder exists). Path: the image sequence folder.
+* ``bad_sequence_label``: a sequence-label file that is not a number.
+* ``label_without_image``: a PSPI, FACS, AAM or sequence-label file with no matching image
+  (frame or sequence). Path: the label file.
+* ``unreadable_image`` / ``black_frame``: found with ``check_images=True`` (decode failure; mean
+  grey level < 1.0).
+* ``empty_sequence``: a sequence folder under ``Images/`` without any frame image.
+* ``stray_file``: an unexpected entry inside a part's tree that *looks like data*: a folder, or a
+  file with a data extension (``.png .jpg .jpeg .bmp .tif .tiff .txt .csv .mat .json``) whose
+  name does not fit the layout (e.g. ``Images/042-ll042/x.png``, ``Images/42-ll042/``), or a
+  duplicate subject number / frame number. System junk is ignored silently: names starting
+  with ``.`` (``.DS_Store``, ``._*`` AppleDouble files), ``Thumbs.db``, ``desktop.ini``,
+  ``__MACOSX``, and files with other extensions. Entries directly in ``<root>`` (README, zips,
+  ``fedcare-synthetic.json``) or directly in ``Frame_Labels/`` / ``Sequence_Labels/`` are not
+  checked.
+
+Doubled top folders (``Images/Images``, ``Frame_Labels/Frame_Labels``,
+``AAM_landmarks/AAM_landmarks``, ``Sequence_Labels/Sequence_Labels``), as in the Kaggle copy,
+are accepted for each part independently.
+
+Speed: without ``check_images`` the loader lists folders with ``os.scandir`` (no per-file stat)
+and reads only the small PSPI, FACS and sequence-label text files.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+__all__ = [
+    "MEASURES",
+    "PROBLEM_KINDS",
+    "SYNTHETIC_MARKER",
+    "UnbcDataset",
+    "UnbcFrame",
+    "UnbcImageError",
+    "UnbcLayoutError",
+    "UnbcProblem",
+    "load_unbc",
+    "pspi_from_facs",
+    "read_facs",
+    "read_grey",
+    "read_landmarks",
+    "read_pspi",
+    "read_sequence_label",
+    "summarize",
+]
+
+MEASURES = ("AFF", "OPR", "SEN", "VAS")
+SYNTHETIC_MARKER = "fedcare-synthetic.json"
+PAIN_THRESHOLD = 1.0  # summarize: a pain frame has PSPI >= 1
+BLACK_MEAN = 1.0  # check_images: a frame whose mean grey level is below this is black
+PSPI_MAX = 16.0
+N_LANDMARKS = 66
+
+PROBLEM_KINDS: dict[str, str] = {
+    "missing_pspi": "frame image without its Frame_Labels/PSPI file (image without label)",
+    "bad_pspi": "PSPI file empty, not a number, not finite or outside 0..16",
+    "missing_facs": "frame image without its Frame_Labels/FACS file",
+    "bad_facs": "FACS file with a line that is not 'AU intensity' numbers",
+    "empty_facs": "empty FACS file on a frame with PSPI > 0 (pain but no coded AU)",
+    "missing_landmarks": "frame image without its AAM_landmarks file",
+    "bad_landmarks": "AAM file that is not 66 lines of 'x y' (checked with check_images)",
+    "missing_sequence_label": "sequence without its Sequence_Labels/<measure> file",
+    "bad_sequence_label": "sequence-label file that is not a number",
+    "label_without_image": "label file (PSPI, FACS, AAM or sequence label) with no matching image",
+    "unreadable_image": "frame image that cannot be decoded (checked with check_images)",
+    "black_frame": "frame image whose mean grey level is < 1.0 (checked with check_images)",
+    "empty_sequence": "sequence folder under Images/ without frame images",
+    "stray_file": "unexpected data-like file or folder inside the dataset tree",
+}
+
+_SUBJECT_RE = re.compile(r"^\d{3}-[a-z]{2}\d{3}$")
+_DATA_EXTS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".txt", ".csv", ".mat", ".json"})
+_JUNK_NAMES = frozenset({"thumbs.db", "desktop.ini", "__macosx"})
+_LAYOUT_HINT = "expected the UNBC-McMaster layout: Images/, Frame_Labels/PSPI/ ..."
+
+
+class UnbcLayoutError(ValueError):
+    """The path is not a UNBC-McMaster copy (missing, not a folder, or required parts absent)."""
+
+
+class UnbcImageError(ValueError):
+    """A frame image is missing or cannot be decoded; the message names the path."""
+
+
+@dataclass(frozen=True)
+class UnbcFrame:
+    subject: int  # 42 for '042-ll042'
+    sequence: str  # 'll042t1aaaff'
+    session: int  # 0-based sequence index within the subject (sorted names)
+    index: int  # 1-based frame number from the file name
+    image: Path
+    pspi: float | None  # None when the PSPI file is missing or unparseable
+    facs: dict[int, float] | None  # AU -> intensity; {} for an empty file; None if missing/bad
+    landmarks: Path | None
+
+
+@dataclass(frozen=True)
+class UnbcProblem:
+    kind: str  # a key of PROBLEM_KINDS
+    path: Path
+    detail: str
+
+
+@dataclass
+class UnbcDataset:
+    root: Path  # the root the user gave
+    frames: list[UnbcFrame]  # sorted by (subject, session, index)
+    sequence_labels: dict[tuple[int, str], dict[str, float]]  # (subject, sequence) -> {"VAS": ..}
+    problems: list[UnbcProblem]
+    synthetic: bool  # <root>/fedcare-synthetic.json exists
+    # The folder used for each part ("Images", "PSPI", "FACS", "AAM_landmarks", "AFF", "OPR",
+    # "SEN", "VAS"); None for an optional part that is absent.
+    parts: dict[str, Path | None] = field(default_factory=dict)
+    checked_images: bool = False
+
+    def subjects(self) -> list[int]:
+        return sorted({f.subject for f in self.frames})
+
+    def sequences(self, subject: int) -> list[str]:
+        """The subject's sequences in session order (index = session)."""
+        by_session = {f.session: f.sequence for f in self.frames if f.subject == subject}
+        return [by_session[s] for s in sorted(by_session)]
+
+
+# --------------------------------------------------------------------------- file readers
+
+
+def _read_text(path: Path | str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read file ({e.strerror or e})") from None
+
+
+def _number(token: str, path: Path | str, what: str) -> float:
+    try:
+        value = float(token)
+    except ValueError:
+        raise ValueError(f"{path}: {what} {token[:40]!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{path}: {what} {token!r} is not finite")
+    return value
+
+
+def read_pspi(path: Path | str) -> float:
+    """The PSPI value of a ``Frame_Labels/PSPI/.../<frame>_facs.txt`` file (MATLAB ``e+00`` text,
+    leading spaces allowed; the first whitespace-separated token is read). Raises ValueError
+    naming the path if the file is empty, not a number, not finite or outside 0..16."""
+    tokens = _read_text(path).split()
+    if not tokens:
+        raise ValueError(f"{path}: empty PSPI file (expected one number like '   2.0000000e+00')")
+    value = _number(tokens[0], path, "PSPI value")
+    if not 0.0 <= value <= PSPI_MAX:
+        raise ValueError(f"{path}: PSPI value {value:g} outside 0..{PSPI_MAX:g}")
+    return value
+
+
+def read_facs(path: Path | str) -> dict[int, float]:
+    """AU -> intensity from a ``Frame_Labels/FACS/.../<frame>_facs.txt`` file: one line per AU,
+    the first two fields (AU number, intensity) read, further fields ignored. An empty file gives
+    {}. Stored values are returned as they are (AU43 may be 0; see ``pspi_from_facs``). A
+    repeated AU keeps its highest intensity. Raises ValueError naming the path on a bad line."""
+    facs: dict[int, float] = {}
+    for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 2:
+            raise ValueError(f"{path}: line {lineno}: expected 'AU intensity', got {line.strip()[:60]!r}")
+        au_value = _number(fields[0], path, f"line {lineno}: AU")
+        if au_value != int(au_value) or au_value < 0:
+            raise ValueError(f"{path}: line {lineno}: AU {fields[0]!r} is not a non-negative whole number")
+        intensity = _number(fields[1], path, f"line {lineno}: intensity")
+        au = int(au_value)
+        facs[au] = max(intensity, facs.get(au, intensity))
+    return facs
+
+
+def pspi_from_facs(facs: dict[int, float]) -> float:
+    """PSPI = AU4 + max(AU6, AU7) + max(AU9, AU10) + AU43, with AU43 counted as 1 when present
+    (it has no intensity grade and may be stored as 0)."""
+    g = facs.get
+    return g(4, 0.0) + max(g(6, 0.0), g(7, 0.0)) + max(g(9, 0.0), g(10, 0.0)) + (1.0 if 43 in facs else 0.0)
+
+
+def read_landmarks(path: Path | str) -> np.ndarray:
+    """The 66 AAM points of an ``AAM_landmarks/.../<frame>_aam.txt`` file as a (66, 2) float
+    array (x, y). Blank lines are skipped; each line's first two fields are read. Raises
+    ValueError naming the path otherwise."""
+    rows = [line.split() for line in _read_text(path).splitlines()]
+    rows = [r for r in rows if r]
+    if len(rows) != N_LANDMARKS:
+        raise ValueError(f"{path}: expected {N_LANDMARKS} lines of 'x y' landmarks, found {len(rows)}")
+    out = np.empty((N_LANDMARKS, 2), dtype=np.float64)
+    for i, r in enumerate(rows):
+        if len(r) < 2:
+            raise ValueError(f"{path}: line {i + 1}: expected 'x y', got {' '.join(r)[:60]!r}")
+        out[i, 0] = _number(r[0], path, f"line {i + 1}: x")
+        out[i, 1] = _number(r[1], path, f"line {i + 1}: y")
+    return out
+
+
+def read_sequence_label(path: Path | str) -> float:
+    """The number in a ``Sequence_Labels/<M>/<subj>/<seq>.txt`` file. ValueError naming the path
+    otherwise."""
+    tokens = _read_text(path).split()
+    if not tokens:
+        raise ValueError(f"{path}: empty sequence-label file (expected one number)")
+    return _number(tokens[0], path, "value")
+
+
+@contextmanager
+def _quiet_opencv() -> Iterator[None]:
+    """OpenCV prints a warning to stderr for every missing/corrupt file; we report those ourselves."""
+    logging = getattr(getattr(cv2, "utils", None), "logging", None)
+    if logging is None:  # pragma: no cover - very old OpenCV builds
+        yield
+        return
+    previous = logging.getLogLevel()
+    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
+    try:
+        yield
+    finally:
+        logging.setLogLevel(previous)
+
+
+def _imread_grey(path: Path | str) -> np.ndarray:
+    img = cv2.imread(os.fspath(path), cv2.IMREAD_GRAYSCALE)
+    if img is None or img.size == 0:
+        raise UnbcImageError(f"{path}: cannot read image (missing or corrupt)")
+    return img
+
+
+def read_grey(path: Path | str) -> np.ndarray:
+    """The frame as a uint8 greyscale HxW array (``cv2.imread(path, cv2.IMREAD_GRAYSCALE)``).
+    Raises UnbcImageError("<path>: cannot read image (missing or corrupt)")."""
+    with _quiet_opencv():
+        return _imread_grey(path)
+
+
+# --------------------------------------------------------------------------- tree scanning
+
+
+def _is_junk(name: str) -> bool:
+    return name.startswith(".") or name.lower() in _JUNK_NAMES
+
+
+def _looks_like_data(entry: os.DirEntry) -> bool:
+    if _is_junk(entry.name):
+        return False
+    if entry.is_dir():
+        return True
+    return os.path.splitext(entry.name)[1].lower() in _DATA_EXTS
+
+
+def _entries(path: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(path) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def _part_dir(parent: Path, name: str) -> Path | None:
+    """``parent/name``, or ``parent/name/name`` when the archive was unpacked with a doubled folder."""
+    p = parent / name
+    if not p.is_dir():
+        return None
+    doubled = p / name
+    return doubled if doubled.is_dir() else p
+
+
+def _strip_path(detail: str, path: str | Path) -> str:
+    """Reader errors start with "<path>: "; the problem already carries the path."""
+    prefix = f"{os.fspath(path)}: "
+    return detail[len(prefix):] if detail.startswith(prefix) else detail
+
+
+class _Scan:
+    """Collects problems while walking the part trees."""
+
+    def __init__(self, wanted: set[int] | None) -> None:
+        self.wanted = wanted
+        self.problems: list[UnbcProblem] = []
+
+    def problem(self, kind: str, path: str | Path, detail: str) -> None:
+        self.problems.append(UnbcProblem(kind, Path(path), _strip_path(detail, path)))
+
+    def stray(self, entry: os.DirEntry, why: str) -> None:
+        if _looks_like_data(entry):
+            self.problem("stray_file", entry.path, why)
+
+    def subjects(self, part: Path, what: str) -> Iterator[tuple[int, os.DirEntry]]:
+        """(number, folder) of each subject folder in `part` (the wanted ones only)."""
+        seen: dict[int, str] = {}
+        for entry in _entries(os.fspath(part)):
+            if not (_SUBJECT_RE.match(entry.name) and entry.is_dir()):
+                self.stray(entry, f"not a subject folder of {what} (expected NNN-iiNNN, e.g. 042-ll042)")
+                continue
+            number = int(entry.name[:3])
+            if self.wanted is not None and number not in self.wanted:
+                continue
+            if number in seen:
+                self.problem("stray_file", entry.path, f"duplicate subject number {number} (already {seen[number]}); ignored")
+                continue
+            seen[number] = entry.name
+            yield number, entry
+
+    def frames(self, part: Path, suffix: str, what: str) -> dict[int, dict[str, dict[int, str]]]:
+        """subject -> sequence -> frame number -> path of `<seq><FFF><suffix>` files."""
+        tree: dict[int, dict[str, dict[int, str]]] = {}
+        n = len(suffix)
+        for number, subj in self.subjects(part, what):
+            sequences: dict[str, dict[int, str]] = {}
+            for seq in _entries(subj.path):
+                if not seq.is_dir():
+                    self.stray(seq, f"file directly in a subject folder of {what} (expected sequence folders)")
+                    continue
+                if _is_junk(seq.name):
+                    continue
+                name, frames = seq.name, {}
+                lead = len(name)
+                for entry in _entries(seq.path):
+                    fname = entry.name
+                    digits = fname[lead:-n] if len(fname) > lead + n else ""
+                    if fname.startswith(name) and fname.endswith(suffix) and len(digits) >= 3 and digits.isdigit():
+                        index = int(digits)
+                        if index in frames:
+                            self.problem("stray_file", entry.path, f"duplicate frame number {index} (already {frames[index]}); ignored")
+                        else:
+                            frames[index] = entry.path
+                    else:
+                        self.stray(entry, f"unexpected entry in sequence folder {name} of {what} (expected {name}<FFF>{suffix})")
+                sequences[name] = frames
+            tree[number] = sequences
+        return tree
+
+    def sequence_files(self, part: Path, what: str) -> dict[int, dict[str, str]]:
+        """subject -> sequence -> path of `<seq>.txt` files."""
+        tree: dict[int, dict[str, str]] = {}
+        for number, subj in self.subjects(part, what):
+            files: dict[str, str] = {}
+            for entry in _entries(subj.path):
+                if entry.name.endswith(".txt") and not _is_junk(entry.name) and not entry.is_dir():
+                    files[entry.name[:-4]] = entry.path
+                else:
+                    self.stray(entry, f"not a {what} file (expected <sequence>.txt)")
+            tree[number] = files
+        return tree
+
+
+def _layout_error(root: Path, what: str) -> UnbcLayoutError:
+    message = f"{root}: {what} ({_LAYOUT_HINT})"
+    # Two common mistakes: passing the folder above the dataset, or the Images/ folder itself.
+    try:
+        children = [e for e in _entries(os.fspath(root)) if e.is_dir() and not _is_junk(e.name)]
+    except OSError:  # pragma: no cover
+        children = []
+    inner = [c for c in children if _part_dir(Path(c.path), "Images") is not None]
+    if len(inner) == 1:
+        message += f"; did you mean {inner[0].path}?"
+    elif children and all(_SUBJECT_RE.match(c.name) for c in children):
+        message += "; this looks like the Images/ folder itself: pass the folder that contains Images/"
+    return UnbcLayoutError(message)
+
+
+# --------------------------------------------------------------------------- loader
+
+
+def load_unbc(
+    root: Path | str,
+    *,
+    subjects: Iterable[int] | None = None,
+    check_images: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> UnbcDataset:
+    """Index a UNBC-McMaster copy at `root` (see the module docstring for the layout and the
+    problem kinds).
+
+    subjects: only these subject numbers are read (all when None).
+    check_images: also decode every frame image (``unreadable_image``, ``black_frame``: mean
+        grey level < 1.0) and parse every landmark file (``bad_landmarks``); otherwise only the
+        presence of images and landmark files is checked.
+    progress: ``progress(done, total)`` over frames, called while images are checked (only with
+        check_images=True).
+
+    Raises UnbcLayoutError naming the path when `root` does not exist, is not a folder, or has no
+    ``Images/`` or ``Frame_Labels/PSPI/`` folder, or ``Images/`` holds no subject folder.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise UnbcLayoutError(f"{root}: no such file or directory ({_LAYOUT_HINT})")
+    if not root.is_dir():
+        raise UnbcLayoutError(f"{root}: not a directory ({_LAYOUT_HINT})")
+    images_dir = _part_dir(root, "Images")
+    if images_dir is None:
+        raise _layout_error(root, "no Images/ folder found")
+    frame_labels = _part_dir(root, "Frame_Labels")
+    pspi_dir = frame_labels / "PSPI" if frame_labels is not None and (frame_labels / "PSPI").is_dir() else None
+    if pspi_dir is None:
+        raise _layout_error(root, "no Frame_Labels/PSPI/ folder found")
+    facs_dir = frame_labels / "FACS" if (frame_labels / "FACS").is_dir() else None
+    aam_dir = _part_dir(root, "AAM_landmarks")
+    seq_labels_root = _part_dir(root, "Sequence_Labels")
+    measure_dirs = {
+        m: (seq_labels_root / m if seq_labels_root is not None and (seq_labels_root / m).is_dir() else None)
+        for m in MEASURES
+    }
+    if not any(_SUBJECT_RE.match(e.name) and e.is_dir() for e in _entries(os.fspath(images_dir))):
+        raise UnbcLayoutError(f"{images_dir}: no subject folders found (expected NNN-iiNNN folders like 042-ll042; {_LAYOUT_HINT})")
+
+    scan = _Scan(None if subjects is None else {int(s) for s in subjects})
+    images = scan.frames(images_dir, ".png", "Images")
+    pspi = scan.frames(pspi_dir, "_facs.txt", "Frame_Labels/PSPI")
+    facs = scan.frames(facs_dir, "_facs.txt", "Frame_Labels/FACS") if facs_dir else None
+    aam = scan.frames(aam_dir, "_aam.txt", "AAM_landmarks") if aam_dir else None
+    measures = {m: scan.sequence_files(d, f"Sequence_Labels/{m}") for m, d in measure_dirs.items() if d is not None}
+    problem = scan.problem
+
+    def label_path(part: Path, subj_folder: str, seq: str, index: int, suffix: str) -> Path:
+        return part / subj_folder / seq / f"{seq}{index:03d}{suffix}"
+
+    frames: list[UnbcFrame] = []
+    sequence_labels: dict[tuple[int, str], dict[str, float]] = {}
+    subject_folder: dict[int, str] = {}
+    for number in sorted(images):
+        sequences = images[number]
+        some_frame = next((p for fr in sequences.values() for p in fr.values()), None)
+        folder = Path(some_frame).parent.parent.name if some_frame else f"{number:03d}"
+        subject_folder[number] = folder
+        session = 0
+        for seq in sorted(sequences):
+            seq_frames = sequences[seq]
+            if not seq_frames:
+                problem("empty_sequence", images_dir / folder / seq, "sequence folder without frame images (<seq><FFF>.png)")
+                continue
+            pspi_seq = pspi.get(number, {}).get(seq, {})
+            facs_seq = facs.get(number, {}).get(seq, {}) if facs is not None else None
+            aam_seq = aam.get(number, {}).get(seq, {}) if aam is not None else None
+            for index in sorted(seq_frames):
+                image = Path(seq_frames[index])
+                value: float | None = None
+                p = pspi_seq.pop(index, None)
+                if p is None:
+                    problem("missing_pspi", image, f"no PSPI label (expected {label_path(pspi_dir, folder, seq, index, '_facs.txt')})")
+                else:
+                    try:
+                        value = read_pspi(p)
+                    except ValueError as e:
+                        problem("bad_pspi", p, str(e))
+                au: dict[int, float] | None = None
+                if facs_seq is not None:
+                    f = facs_seq.pop(index, None)
+                    if f is None:
+                        problem("missing_facs", image, f"no FACS file (expected {label_path(facs_dir, folder, seq, index, '_facs.txt')})")
+                    else:
+                        try:
+                            au = read_facs(f)
+                        except ValueError as e:
+                            problem("bad_facs", f, str(e))
+                        else:
+                            if not au and value is not None and value > 0:
+                                problem("empty_facs", f, f"empty FACS file but PSPI is {value:g} (pain without coded AUs)")
+                landmarks: Path | None = None
+                if aam_seq is not None:
+                    a = aam_seq.pop(index, None)
+                    if a is None:
+                        problem("missing_landmarks", image, f"no AAM landmarks (expected {label_path(aam_dir, folder, seq, index, '_aam.txt')})")
+                    else:
+                        landmarks = Path(a)
+                frames.append(UnbcFrame(number, seq, session, index, image, value, au, landmarks))
+            # sequence labels
+            labels: dict[str, float] = {}
+            for m, tree in measures.items():
+                s = tree.get(number, {}).pop(seq, None)
+                if s is None:
+                    problem("missing_sequence_label", images_dir / folder / seq,
+                            f"no {m} label (expected {measure_dirs[m] / folder / (seq + '.txt')})")
+                    continue
+                try:
+                    labels[m] = read_sequence_label(s)
+                except ValueError as e:
+                    problem("bad_sequence_label", s, str(e))
+            if labels:
+                sequence_labels[(number, seq)] = labels
+            session += 1
+
+    # Whatever label files were not consumed above have no image.
+    def orphans(tree: dict[int, dict[str, dict[int, str]]] | None, what: str) -> None:
+        if tree is None:
+            return
+        for number in sorted(tree):
+            for seq in sorted(tree[number]):
+                for index, path in sorted(tree[number][seq].items()):
+                    folder = subject_folder.get(number, Path(path).parent.parent.name)
+                    problem("label_without_image", path, f"{what} file without image (expected {images_dir / folder / seq / f'{seq}{index:03d}.png'})")
+
+    orphans(pspi, "PSPI")
+    orphans(facs, "FACS")
+    orphans(aam, "AAM landmarks")
+    for m, tree in measures.items():
+        for number in sorted(tree):
+            for seq, path in sorted(tree[number].items()):
+                problem("label_without_image", path, f"{m} sequence label without images (no sequence {seq} with frames under {images_dir})")
+
+    if check_images:
+        _check_files(frames, scan, progress)
+
+    problems = sorted(scan.problems, key=lambda p: (_kind_order(p.kind), str(p.path)))
+    parts: dict[str, Path | None] = {"Images": images_dir, "PSPI": pspi_dir, "FACS": facs_dir, "AAM_landmarks": aam_dir}
+    parts.update(measure_dirs)
+    return UnbcDataset(
+        root=root,
+        frames=frames,  # built in (subject, session, index) order
+        sequence_labels=sequence_labels,
+        problems=problems,
+        synthetic=(root / SYNTHETIC_MARKER).is_file(),
+        parts=parts,
+        checked_images=check_images,
+    )
+
+
+def _check_one(frame: UnbcFrame) -> list[tuple[str, Path, str]]:
+    found = []
+    try:
+        grey = _imread_grey(frame.image)
+    except UnbcImageError as e:
+        found.append(("unreadable_image", frame.image, str(e)))
+    else:
+        mean = float(grey.mean())
+        if mean < BLACK_MEAN:
+            found.append(("black_frame", frame.image, f"black frame: mean grey level {mean:.2f} < {BLACK_MEAN:.1f}"))
+    if frame.landmarks is not None:
+        try:
+            read_landmarks(frame.landmarks)
+        except ValueError as e:
+            found.append(("bad_landmarks", frame.landmarks, str(e)))
+    return found
+
+
+def _check_files(frames: list[UnbcFrame], scan: _Scan, progress: Callable[[int, int], None] | None) -> None:
+    """Decode every image and parse every landmark file; OpenCV releases the GIL, so a few
+    threads give a near-linear speed-up on the ~48k frames of the real archive."""
+    total = len(frames)
+    if progress:
+        progress(0, total)
+    workers = max(1, min(8, os.cpu_count() or 1))
+    step = max(1, total // 200)
+    with _quiet_opencv(), ThreadPoolExecutor(max_workers=workers) as pool:
+        for i, found in enumerate(pool.map(_check_one, frames, chunksize=16), start=1):
+            for kind, path, detail in found:
+                scan.problem(kind, path, detail)
+            if progress and (i % step == 0 or i == total):
+                progress(i, total)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    kinds = list(PROBLEM_KINDS)
+    return (kinds.index(kind) if kind in PROBLEM_KINDS else len(kinds), kind)
+
+
+def summarize(ds: UnbcDataset) -> dict:
+    """A JSON-able overview: counts, per-subject sessions/frames/pain, the PSPI histogram (rounded
+    integer level -> frames), and every problem with counts per kind. Pain = PSPI >= 1; pain %
+    is over the frames that have a PSPI value."""
+    per_subject: dict[int, dict] = {}
+    histogram: Counter[int] = Counter()
+    empty_facs_files = compared = mismatched = 0
+    for f in ds.frames:
+        s = per_subject.setdefault(f.subject, {"subject": f.subject, "sequences": {}, "frames": 0,
+                                               "labelled_frames": 0, "pain_frames": 0})
+        s["sequences"][f.session] = f.sequence
+        s["frames"] += 1
+        if f.pspi is not None:
+            s["labelled_frames"] += 1
+            s["pain_frames"] += f.pspi >= PAIN_THRESHOLD
+            histogram[int(round(f.pspi))] += 1
+        if f.facs is not None:
+            empty_facs_files += not f.facs
+            if f.pspi is not None:
+                compared += 1
+                mismatched += abs(pspi_from_facs(f.facs) - f.pspi) > 1e-6
+
+    def percent(part: int, whole: int) -> float:
+        return round(100.0 * part / whole, 2) if whole else 0.0
+
+    subjects = []
+    for number in sorted(per_subject):
+        s = per_subject[number]
+        names = [s["sequences"][k] for k in sorted(s["sequences"])]
+        subjects.append({
+            "subject": number, "sessions": len(names), "sequence_names": names, "frames": s["frames"],
+            "labelled_frames": s["labelled_frames"], "pain_frames": int(s["pain_frames"]),
+            "pain_percent": percent(int(s["pain_frames"]), s["labelled_frames"]),
+        })
+    labelled = sum(s["labelled_frames"] for s in subjects)
+    pain = sum(s["pain_frames"] for s in subjects)
+    counts = Counter(p.kind for p in ds.problems)
+    return {
+        "root": str(ds.root),
+        "synthetic": ds.synthetic,
+        "checked_images": ds.checked_images,
+        "parts": {k: (str(v) if v is not None else None) for k, v in ds.parts.items()},
+        "subjects": len(subjects),
+        "sequences": sum(s["sessions"] for s in subjects),
+        "frames": len(ds.frames),
+        "labelled_frames": labelled,
+        "pain_threshold": PAIN_THRESHOLD,
+        "pain_frames": pain,
+        "pain_percent": percent(pain, labelled),
+        "sequences_with_labels": len(ds.sequence_labels),
+        "empty_facs_files": empty_facs_files,
+        "pspi_vs_facs": {"compared": compared, "mismatched": mismatched},
+        "per_subject": subjects,
+        "pspi_histogram": {level: histogram[level] for level in sorted(histogram)},
+        "problem_counts": {k: counts[k] for k in sorted(counts, key=_kind_order)},
+        "problems": [{"kind": p.kind, "path": str(p.path), "detail": p.detail} for p in ds.problems],
+    }
