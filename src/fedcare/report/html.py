@@ -1,0 +1,208 @@
+"""The self-contained report.html of a run: one page, inline CSS, plots as base64 PNG data URIs,
+tables as HTML tables. Every piece of text that comes from the run (run.json, records) is
+HTML-escaped."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from fedcare.evaluation.statistics import PRIMARY_METRICS, RunAggregate
+from fedcare.report.tables import Table
+
+SYNTHETIC_BANNER = "SYNTHETIC DATA — these numbers say nothing about real patients"
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #1d1d1f;
+       background: #fafafa; line-height: 1.45; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 48px; }
+h1 { font-size: 1.6em; margin: 0.2em 0 0.4em; }
+h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+h3 { font-size: 1.02em; margin: 1.4em 0 0.4em; }
+.banner { padding: 14px 18px; margin: 12px 0 18px; font-weight: 700; font-size: 1.15em; border-radius: 6px; }
+.banner.synthetic { background: #ffd60a; color: #b00020; border: 3px solid #d00000; text-transform: none; }
+.banner.unknown { background: #eee; color: #444; border: 1px solid #bbb; font-weight: 600; font-size: 1em; }
+.table-wrap { overflow-x: auto; }
+table { border-collapse: collapse; margin: 6px 0; font-size: 0.9em; background: #fff; }
+th, td { border: 1px solid #d8d8d8; padding: 4px 8px; text-align: right; white-space: nowrap; }
+thead th { background: #f0f0f3; }
+tbody th { text-align: left; font-weight: 600; }
+td.na { color: #999; }
+table.facts th { text-align: left; background: #f0f0f3; }
+table.facts td { text-align: left; white-space: normal; }
+.caption { color: #555; font-size: 0.85em; margin: 2px 0 10px; max-width: 980px; }
+figure { margin: 14px 0 22px; }
+figure img { max-width: 100%; border: 1px solid #e2e2e2; background: #fff; }
+figcaption { color: #555; font-size: 0.85em; }
+nav a { margin-right: 14px; }
+.notes li { margin: 2px 0; }
+footer { color: #777; font-size: 0.8em; margin-top: 36px; }
+"""
+
+
+def esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _list_text(x: Any) -> str:
+    if isinstance(x, (list, tuple)):
+        return ", ".join(str(v) for v in x)
+    return str(x)
+
+
+def _duration(started: Any, finished: Any) -> str | None:
+    try:
+        a, b = datetime.fromisoformat(str(started)), datetime.fromisoformat(str(finished))
+        seconds = (b - a).total_seconds()
+    except (TypeError, ValueError):
+        return None
+    if seconds < 0:
+        return None
+    h, rest = divmod(int(round(seconds)), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
+
+
+KNOWN_FACTS = [
+    ("study", "Study"), ("config_file", "Config file"), ("seeds", "Seeds"), ("methods", "Methods"),
+    ("subjects", "Test subjects"), ("test_sessions", "Test sessions"), ("started", "Started"),
+    ("finished", "Finished"), ("training_seconds", "Training time (s)"), ("fedcare_version", "fedcare version"),
+]
+NOT_FACTS = {"title", "synthetic", "notes"}
+
+
+def _facts(run_info: Mapping[str, Any], agg: RunAggregate, run_dir_name: str) -> str:
+    rows: list[tuple[str, str]] = [("Run directory", run_dir_name)]
+    for key, label in KNOWN_FACTS:
+        if key in run_info and run_info[key] not in (None, "", []):
+            rows.append((label, _list_text(run_info[key])))
+            if key == "finished":
+                d = _duration(run_info.get("started"), run_info.get("finished"))
+                if d:
+                    rows.append(("Wall time", d))
+    synthetic = run_info.get("synthetic")
+    rows.append(("Data", "synthetic" if synthetic is True else "real" if synthetic is False else "not stated"))
+    for key, value in run_info.items():
+        if key in NOT_FACTS or key in dict(KNOWN_FACTS):
+            continue
+        if isinstance(value, (str, int, float, bool, list, tuple)) and value not in ("", []):
+            rows.append((key, _list_text(value)))
+    total = sum(s.records + s.masked_out for s in agg.summary.values())
+    kept = sum(s.records for s in agg.summary.values())
+    rows.append(("Test records", f"{total} ({kept} with positives kept, {total - kept} masked out)"))
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="facts"><tbody>{body}</tbody></table>'
+
+
+def _table_block(t: Table) -> str:
+    return f'<h3 id="{esc(t.name)}">{esc(t.title)}</h3>{t.html()}<p class="caption">{esc(t.caption)}</p>'
+
+
+def _how_to_read(agg: RunAggregate) -> str:
+    total = sum(s.records + s.masked_out for s in agg.summary.values())
+    masked = sum(s.masked_out for s in agg.summary.values())
+    items = [
+        "<b>What was tested.</b> Every test subject (client) is tested with the model it would use: the global "
+        "model for centralized and FedAvg methods, its own personal model for FP and FL. Each test yields one "
+        "record per method, seed, session and subject.",
+        f"<b>Mask.</b> A record counts only if that subject has pain frames in that session (positives &gt; 0), "
+        f"as in the thesis; {masked} of {total} records were masked out. Sessions with no such subject show NA.",
+        "<b>Weighting.</b> A subject's value is the mean over its kept sessions weighted by the number of test "
+        "examples; a session's value is the weighted mean over its kept subjects; the overall value (Table 7.1 and "
+        "the last column of the other tables) is the weighted mean over all kept records, which is the same "
+        "whether one groups by subject or by session.",
+        "<b>± SD.</b> The spread between units, not the uncertainty of the mean: the plain (unweighted, "
+        "population) SD of the per-subject values in Tables 7.1 and 7.4 (the thesis's \"SD between test "
+        "subjects\"), of the per-session values in Table 7.5.",
+        "<b>Seeds.</b> Everything is computed per seed first, then averaged over seeds (mean of means, mean of "
+        "SDs). \"seed SD\" in the summary is the population SD across seeds of the overall weighted mean; it is "
+        "the run-to-run noise to keep in mind when comparing methods.",
+        "<b>Rank sums.</b> For each subject (or session) the methods are ranked from 0 (worst) to n−1 (best) on "
+        "the seed-averaged values, ties sharing the average rank, and the ranks are summed; units where a "
+        "method has NA are skipped.",
+        "<b>Metrics.</b> Percentages. ACC and F1 use threshold 0.5 on the pain probability. PR-AUC is the average "
+        "precision (scikit-learn); its random baseline is the share of pain frames. The thesis used Keras's "
+        "interpolated PR-AUC, which differs slightly. Bold marks each column's best value.",
+    ]
+    return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
+def _figure(name: str, png: bytes, caption: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure id="plot-{esc(name)}"><img alt="{esc(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{esc(caption)} (plots/{esc(name)}.png)</figcaption></figure>")
+
+
+PLOT_CAPTIONS = {
+    "per_session_f1": "F1 per session, one line per method",
+    "per_session_pr_auc": "PR-AUC per session, one line per method",
+    "per_session_acc": "ACC per session, one line per method",
+    "per_subject_f1": "F1 per test subject",
+    "val_loss": "Validation loss per training round (mean over seeds)",
+}
+
+
+def render_report_html(
+    run_info: Mapping[str, Any],
+    agg: RunAggregate,
+    tables: Mapping[str, Table],
+    plots: Mapping[str, bytes],
+    *,
+    run_dir_name: str = "",
+    notes: Sequence[str] = (),
+) -> str:
+    """The whole page as a string."""
+    title = str(run_info.get("title") or f"fedcare run {run_dir_name}".strip())
+    synthetic = run_info.get("synthetic")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>",
+        f"<h1>{esc(title)}</h1>",
+    ]
+    if synthetic is True:
+        parts.append(f'<div class="banner synthetic" role="alert">{esc(SYNTHETIC_BANNER)}</div>')
+    elif synthetic is None:
+        parts.append('<div class="banner unknown">run.json does not say whether these data are synthetic or real.</div>')
+    parts.append(
+        '<nav><a href="#facts">Run</a><a href="#summary-section">Summary</a><a href="#how">How to read</a>'
+        '<a href="#subjects">Per subject</a><a href="#sessions">Per session</a><a href="#ranks">Rank sums</a>'
+        '<a href="#plots">Plots</a></nav>'
+    )
+    parts.append('<h2 id="facts">Run</h2>')
+    parts.append(_facts(run_info, agg, run_dir_name))
+    run_notes = run_info.get("notes") or []
+    if not isinstance(run_notes, list):
+        run_notes = [run_notes]
+    all_notes = [str(n) for n in [*run_notes, *notes] if n]
+    if all_notes:
+        parts.append('<h3>Notes</h3><ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in all_notes) + "</ul>")
+
+    parts.append('<h2 id="summary-section">Summary (Table 7.1)</h2>')
+    parts.append(_table_block(tables["summary"]))
+    parts.append('<h2 id="how">How to read this</h2>')
+    parts.append(_how_to_read(agg))
+
+    parts.append('<h2 id="subjects">Per test subject (Table 7.4)</h2>')
+    parts += [_table_block(tables[f"per_subject_{m}"]) for m in PRIMARY_METRICS if f"per_subject_{m}" in tables]
+    parts.append('<h2 id="sessions">Per session (Table 7.5)</h2>')
+    parts += [_table_block(tables[f"per_session_{m}"]) for m in PRIMARY_METRICS if f"per_session_{m}" in tables]
+    parts.append('<h2 id="ranks">Rank sums (Tables 7.6 and 7.7)</h2>')
+    if "rank_sums" in tables:
+        parts.append(_table_block(tables["rank_sums"]))
+
+    parts.append('<h2 id="plots">Plots</h2>')
+    for name, png in plots.items():
+        parts.append(_figure(name, png, PLOT_CAPTIONS.get(name, name)))
+
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts.append(
+        f"<footer>Generated by fedcare report at {esc(generated)} from metrics.jsonl and run.json. "
+        "The same tables are in tables/ (CSV with raw fractions, Markdown), the plots in plots/.</footer>"
+    )
+    parts.append("</main></body></html>\n")
+    return "\n".join(parts)

@@ -1,0 +1,211 @@
+"""Plots of a run as PNG bytes (matplotlib, Agg canvas; pyplot and the global backend are never
+touched, so this is safe to call from any program or thread).
+
+- per-session curves of a metric, one line per method (Table 7.5 as a figure);
+- grouped bars of a metric per subject (Table 7.4 as a figure);
+- validation loss per round from the "round" records: one panel for the single phases
+  (pre-training) and one per sequential phase group ("session-1", "session-2", ... laid out
+  left to right, each phase as wide as its longest run), one line per method, mean over seeds.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from fedcare.evaluation.statistics import METRIC_LABELS, RunAggregate
+from fedcare.report.tables import unit_label
+
+DPI = 110
+WIDE = (10.0, 4.6)
+MARKERS = "osD^vP*Xh<>p"
+
+
+def method_styles(methods: list[str]) -> dict[str, dict[str, Any]]:
+    """A fixed colour and marker per method (same in every plot)."""
+    cmap = colormaps["tab10" if len(methods) <= 10 else "tab20"]
+    return {m: {"color": cmap(i % cmap.N), "marker": MARKERS[i % len(MARKERS)]} for i, m in enumerate(methods)}
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def _legend(ax, n: int) -> None:
+    if n:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _positions(units: list) -> tuple[np.ndarray, list[str]]:
+    numeric = all(isinstance(u, (int, float)) and not isinstance(u, bool) for u in units)
+    x = np.asarray([float(u) for u in units]) if numeric else np.arange(len(units), dtype=float)
+    return x, [unit_label(u) for u in units]
+
+
+def plot_per_session(agg: RunAggregate, metric: str) -> bytes:
+    """Seed-averaged per-session values of ``metric`` (percent), one line per method; sessions
+    without positives are gaps."""
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    styles = method_styles(agg.methods)
+    x, labels = _positions(agg.sessions)
+    for method in agg.methods:
+        y = np.asarray([agg.per_session[metric][method].get(s, math.nan) for s in agg.sessions], dtype=float) * 100
+        ax.plot(x, y, label=method, linewidth=1.6, markersize=5, **styles[method])
+    ax.set_xticks(x, labels)
+    ax.set_xlabel("test session")
+    ax.set_ylabel(f"{METRIC_LABELS[metric]} (%)")
+    ax.set_title(f"{METRIC_LABELS[metric]} per session (weighted over subjects with positives, mean over seeds)",
+                 fontsize=10)
+    ax.grid(True, alpha=0.3)
+    _legend(ax, len(agg.methods))
+    return _png(fig)
+
+
+def plot_per_subject(agg: RunAggregate, metric: str) -> bytes:
+    """Seed-averaged per-subject values of ``metric`` (percent) as grouped bars."""
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    styles = method_styles(agg.methods)
+    n = max(1, len(agg.methods))
+    width = 0.8 / n
+    x = np.arange(len(agg.subjects), dtype=float)
+    for i, method in enumerate(agg.methods):
+        y = np.asarray([agg.per_subject[metric][method].get(k, math.nan) for k in agg.subjects], dtype=float) * 100
+        ax.bar(x - 0.4 + width * (i + 0.5), np.nan_to_num(y, nan=0.0), width, label=method,
+               color=styles[method]["color"])
+    ax.set_xticks(x, [unit_label(k) for k in agg.subjects])
+    ax.set_xlabel("test subject")
+    ax.set_ylabel(f"{METRIC_LABELS[metric]} (%)")
+    ax.set_title(f"{METRIC_LABELS[metric]} per test subject (weighted over sessions with positives, mean over seeds)",
+                 fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    _legend(ax, len(agg.methods))
+    return _png(fig)
+
+
+_SEQUENTIAL = re.compile(r"^(.*?)-(\d+)$")
+
+
+def _val_loss_curves(records: Iterable[Mapping[str, Any]]):
+    """(method order, {(method, phase): {round: mean val_loss over seeds}})."""
+    sums: dict[tuple[str, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    methods: dict[str, None] = {}
+    for r in records:
+        if r.get("type") != "round":
+            continue
+        try:
+            rnd = float(r["round"])
+            loss = float(r["val_loss"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not math.isfinite(loss) or r.get("method") is None or r.get("phase") is None:
+            continue
+        method, phase = str(r["method"]), str(r["phase"])
+        methods.setdefault(method, None)
+        sums[(method, phase)][rnd].append(loss)
+    curves = {k: {rnd: float(np.mean(v)) for rnd, v in sorted(d.items())} for k, d in sums.items()}
+    return list(methods), curves
+
+
+def plot_val_loss(records: Iterable[Mapping[str, Any]], method_order: list[str] | None = None) -> bytes:
+    """Validation loss per round (mean over seeds) from the run's "round" records.
+
+    ``method_order`` (the tables' methods) fixes the colours so a method looks the same as in
+    the other plots; labels only found in round records (e.g. "pretrain C") come after."""
+    methods, curves = _val_loss_curves(records)
+    order = list(method_order or [])
+    styles = method_styles(order + [m for m in methods if m not in order])
+    single = sorted({p for _, p in curves if not _SEQUENTIAL.match(p)})
+    groups: dict[str, list[str]] = defaultdict(list)
+    for _, p in curves:
+        m = _SEQUENTIAL.match(p)
+        if m and p not in groups[m.group(1)]:
+            groups[m.group(1)].append(p)
+    for prefix in groups:
+        groups[prefix].sort(key=lambda p: int(_SEQUENTIAL.match(p).group(2)))
+    panels = (["single"] if single else []) + sorted(groups)
+    fig = Figure(figsize=(12.0, 4.6), layout="constrained")
+    if not panels:
+        _empty(fig.add_subplot(), "no round records in metrics.jsonl")
+        return _png(fig)
+    ratios = [1.0 if p == "single" else 3.0 for p in panels]
+    axes = fig.subplots(1, len(panels), width_ratios=ratios, squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        drawn = 0
+        if panel == "single":
+            phases_of = defaultdict(list)
+            for method, phase in curves:
+                if phase in single:
+                    phases_of[method].append(phase)
+            for method in methods:
+                for phase in sorted(phases_of[method]):
+                    c = curves[(method, phase)]
+                    label = method if len(phases_of[method]) == 1 else f"{method} · {phase}"
+                    ax.plot(list(c), list(c.values()), label=label, linewidth=1.5, markersize=4, **styles[method])
+                    drawn += 1
+            ax.set_title("single phases (pre-training)", fontsize=10)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("round")
+            ax.set_ylabel("validation loss")
+        else:
+            phases = groups[panel]
+            rounds = {p: sorted({r for (m, q), c in curves.items() if q == p for r in c}) for p in phases}
+            offsets, pos = {}, 0
+            for p in phases:
+                offsets[p] = pos
+                pos += len(rounds[p]) + 1
+            for method in methods:
+                labelled = False
+                for p in phases:
+                    c = curves.get((method, p))
+                    if not c:
+                        continue
+                    xs = [offsets[p] + rounds[p].index(r) for r in c]
+                    ax.plot(xs, list(c.values()), label=None if labelled else method, linewidth=1.4,
+                            markersize=3, **styles[method])
+                    labelled = True
+                    drawn += 1
+            for p in phases[1:]:
+                ax.axvline(offsets[p] - 1, color="0.75", linewidth=0.8, linestyle="--")
+            ax.set_xticks([offsets[p] + (len(rounds[p]) - 1) / 2 for p in phases],
+                          [_SEQUENTIAL.match(p).group(2) for p in phases])
+            ax.set_xlabel(f"training phase {panel}-s (its rounds left to right; {panel}-s validates on {panel} s)")
+            ax.set_title(f"{panel} phases: validation loss per round, mean over seeds", fontsize=10)
+            ax.set_ylabel("validation loss")
+        ax.grid(True, alpha=0.3)
+        if drawn and panel == "single":
+            ax.legend(fontsize=7, frameon=False)
+        elif drawn:
+            _legend(ax, drawn)
+    return _png(fig)
+
+
+def build_plots(agg: RunAggregate, records: list[Mapping[str, Any]]) -> dict[str, bytes]:
+    """All plots of the report as {file stem: PNG bytes}, in report order."""
+    plots = {f"per_session_{m}": plot_per_session(agg, m) for m in ("f1", "pr_auc", "acc")}
+    plots["per_subject_f1"] = plot_per_subject(agg, "f1")
+    plots["val_loss"] = plot_val_loss(records, agg.methods)
+    return plots
+
+
+__all__ = ["build_plots", "method_styles", "plot_per_session", "plot_per_subject", "plot_val_loss"]

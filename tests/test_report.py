@@ -1,0 +1,159 @@
+"""build_report on a small hand-made run directory: files, numbers, HTML content, escaping."""
+
+import csv
+import json
+import math
+import random
+
+import pytest
+
+from fedcare.evaluation.statistics import aggregate, read_records
+from fedcare.report import SYNTHETIC_BANNER, build_report, format_summary_markdown, summary_rows
+
+METHODS = ["RANDOM", "A<B>", "F(C)"]
+SUBJECTS = [43, 48, 52]
+SESSIONS = [1, 2, 3]
+TABLE_FILES = (
+    ["summary", "rank_sums"]
+    + [f"per_subject_{m}" for m in ("acc", "pr_auc", "f1")]
+    + [f"per_session_{m}" for m in ("acc", "pr_auc", "f1")]
+)
+PLOT_FILES = ["per_session_f1", "per_session_pr_auc", "per_session_acc", "per_subject_f1", "val_loss"]
+
+
+def write_run(run_dir, synthetic=True, with_tests=True, run_json=True):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(7)
+    lines = [{"type": "round", "study": "pain", "method": "pretrain C", "seed": 1, "phase": "pretrain-central",
+              "round": r, "val_loss": 1.0 / r, "train_loss": 0.5, "n_val": 100, "clients": 1} for r in (1, 2, 3)]
+    for seed in (1, 2):
+        for method in METHODS:
+            for session in SESSIONS:
+                if with_tests:
+                    for subject in SUBJECTS:
+                        n = rng.randint(50, 150)
+                        positives = 0 if session == 2 else rng.randint(1, 20)  # session 2: no positives
+                        acc = 0.75 if method == "F(C)" else rng.random()
+                        lines.append({
+                            "type": "test", "study": "pain", "method": method, "seed": seed, "session": session,
+                            "client": subject, "n": n, "positives": positives, "acc": acc,
+                            "pr_auc": rng.random(), "f1": rng.random(), "precision": rng.random(),
+                            "recall": None, "roc_auc": rng.random(), "loss": 0.3,
+                        })
+                if method != "RANDOM" and session < 3:
+                    lines += [{"type": "round", "study": "pain", "method": method, "seed": seed,
+                               "phase": f"session-{session}", "round": r, "val_loss": 0.5 + 0.1 * rng.random(),
+                               "train_loss": 0.4, "n_val": 80, "clients": 3} for r in (1, 2, 3)]
+                    lines.append({"type": "phase", "study": "pain", "method": method, "seed": seed,
+                                  "phase": f"session-{session}", "best_round": 2, "rounds": 3, "best_val_loss": 0.5})
+    lines.append({"type": "future-record", "whatever": [1, 2]})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    if run_json:
+        (run_dir / "run.json").write_text(json.dumps({
+            "study": "pain", "title": "Test run <one>", "synthetic": synthetic, "config_file": "configs/pain/demo.toml",
+            "seeds": [1, 2], "methods": METHODS, "started": "2024-05-01T10:00:00+00:00",
+            "finished": "2024-05-01T10:03:05+00:00", "fedcare_version": "0.1.0",
+            "notes": ["a note with <tags> & ampersands"],
+        }))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory):
+    run_dir = write_run(tmp_path_factory.mktemp("runs") / "synthetic", synthetic=True)
+    return run_dir, build_report(run_dir)
+
+
+def test_all_files_written(synthetic_run):
+    run_dir, report = synthetic_run
+    assert report == run_dir / "report.html"
+    for name in TABLE_FILES:
+        for ext in ("csv", "md"):
+            path = run_dir / "tables" / f"{name}.{ext}"
+            assert path.is_file() and path.stat().st_size > 0, path
+    for name in PLOT_FILES:
+        path = run_dir / "plots" / f"{name}.png"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
+    assert report.stat().st_size > 0
+    leftovers = [p for p in run_dir.rglob("*") if p.name.endswith(".tmp")]
+    assert not leftovers  # atomic writes clean up
+
+
+def test_csv_numbers_equal_statistics(synthetic_run):
+    run_dir, _ = synthetic_run
+    agg = aggregate(read_records(run_dir / "metrics.jsonl")[0])
+    with open(run_dir / "tables" / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["method"] for r in rows] == METHODS
+    for r in rows:
+        s = agg.summary[r["method"]]
+        for m in ("acc", "pr_auc", "f1", "precision", "roc_auc"):
+            assert float(r[f"{m}_mean"]) == s.mean[m]
+            assert float(r[f"{m}_sd"]) == s.sd[m]
+            assert float(r[f"{m}_seed_sd"]) == s.seed_sd[m]
+            assert float(r[f"{m}_session_sd"]) == s.session_sd[m]
+        assert math.isnan(float(r["recall_mean"]))  # all null
+        assert int(r["seeds"]) == 2 and int(r["masked_out"]) == 6
+
+    with open(run_dir / "tables" / "per_session_f1.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        assert float(r["1"]) == agg.per_session["f1"][r["method"]][1]
+        assert math.isnan(float(r["2"]))  # no positives in session 2
+        assert float(r["sd"]) == agg.summary[r["method"]].session_sd["f1"]
+    with open(run_dir / "tables" / "per_subject_acc.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[2]["48"]) == agg.per_subject["acc"]["F(C)"][48] == pytest.approx(0.75)
+    with open(run_dir / "tables" / "rank_sums.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["method"]: float(r["subject_f1"]) for r in rows} == agg.rank_sums("subject", "f1")
+    assert {r["method"]: float(r["session_acc"]) for r in rows} == agg.rank_sums("session", "acc")
+
+    rows = summary_rows(run_dir)
+    assert [r["method"] for r in rows] == METHODS
+    assert rows[2]["acc"] == pytest.approx(0.75) and rows[2]["acc_sd"] == pytest.approx(0.0)
+    assert set(rows[0]) == {"method", "acc", "acc_sd", "pr_auc", "pr_auc_sd", "f1", "f1_sd"}
+    text = format_summary_markdown(rows)
+    assert "| F(C) | 75.0 ± 0.0 |" in text and text.count("\n") == len(METHODS) + 1
+
+
+def test_markdown_tables(synthetic_run):
+    run_dir, _ = synthetic_run
+    md = (run_dir / "tables" / "per_session_f1.md").read_text()
+    assert "| Method | 1 | 2 | 3 | mean ± SD |" in md and "NA" in md
+    assert "| F(C) | 75.0 ± 0.0 |" in (run_dir / "tables" / "summary.md").read_text()
+
+
+def test_html_content(synthetic_run):
+    _, report = synthetic_run
+    page = report.read_text()
+    assert SYNTHETIC_BANNER in page
+    assert "75.0 ± 0.0" in page  # F(C)'s accuracy: 0.75 in every record
+    for name in ("RANDOM", "F(C)", "A&lt;B&gt;"):
+        assert name in page
+    assert "A<B>" not in page  # escaped
+    assert "&lt;tags&gt; &amp; ampersands" in page and "<tags>" not in page
+    assert "Test run &lt;one&gt;" in page
+    assert page.count("data:image/png;base64,") == len(PLOT_FILES)
+    assert "How to read this" in page
+    assert "configs/pain/demo.toml" in page
+
+
+def test_real_data_has_no_banner(tmp_path):
+    run_dir = write_run(tmp_path / "real", synthetic=False)
+    page = build_report(run_dir).read_text()
+    assert SYNTHETIC_BANNER not in page
+    assert "A&lt;B&gt;" in page
+
+
+def test_missing_run_json_still_reports(tmp_path):
+    run_dir = write_run(tmp_path / "norunjson", run_json=False)
+    page = build_report(run_dir).read_text()
+    assert "run.json is missing" in page
+
+
+def test_no_test_records_is_a_clear_error(tmp_path):
+    run_dir = write_run(tmp_path / "empty", with_tests=False)
+    with pytest.raises(ValueError, match="metrics.jsonl"):
+        build_report(run_dir)
+    assert not (run_dir / "report.html").exists()
