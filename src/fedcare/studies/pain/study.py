@@ -28,13 +28,15 @@ from fedcare.evaluation.metrics import binary_metrics
 from fedcare.models.pain_cnn import PainCNN, glorot_init
 from fedcare.runtime.simulation import Federation, PhaseResult
 from fedcare.seeding import numpy_rng, torch_generator
-from fedcare.studies.pain.cohort import PainCohort, balance, build_cohort, pretraining_sets
+from fedcare.studies.pain.cohort import PainCohort, PainDataError, balance, build_cohort, pretraining_sets
 from fedcare.studies.pain.methods import Method, make_algorithm
 
 # progress(task description, units done, units total)
 Progress = Callable[[str, int, int], None]
 
 SYNTHETIC_DIR = "synthetic-data"
+# Problems that make a frame unusable: a label without its image, an image without its label.
+FATAL_PROBLEMS = {"missing_pspi", "bad_pspi", "label_without_image"}
 
 
 class RunDirectoryExists(FileExistsError):
@@ -192,6 +194,14 @@ def load_pain_data(config: PainExperiment, workdir: Path, progress: Progress | N
     protocol = config.protocol
     subjects = sorted(set(protocol.subjects) | set(protocol.pretrain_subjects))
     dataset = load_unbc(root, subjects=subjects)
+    fatal = [p for p in dataset.problems if p.kind in FATAL_PROBLEMS]
+    if fatal:
+        listed = "\n".join(f"  {p.kind}: {p.path} ({p.detail})" for p in fatal[:5])
+        more = f"\n  ... and {len(fatal) - 5} more" if len(fatal) > 5 else ""
+        raise PainDataError(
+            f"{root}: {len(fatal)} frame(s) cannot be used:\n{listed}{more}\n"
+            f"(`fedcare data summary unbc {root}` lists every problem)"
+        )
     return build_cohort(
         dataset, subjects, image_size=protocol.image_size, crop_ratio=protocol.crop_ratio,
         pspi_threshold=data.pspi_threshold, drop_black_frames=data.drop_black_frames, augment_seed=data.augment_seed,

@@ -1,0 +1,153 @@
+"""The pain study end to end on a tiny synthetic cohort: golden metrics, determinism, bad input."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fedcare.cli import app
+from fedcare.config import ConfigError, PainExperiment, load_config
+from fedcare.data.synthetic.pain import generate_pain_cohort
+from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
+from fedcare.studies.pain.cohort import PainDataError
+from fedcare.studies.pain.study import RunDirectoryExists, run_pain_experiment
+
+GOLDEN = Path(__file__).parent / "golden" / "pain_small.json"
+SUBJECTS = [42, 43, 80, 92]
+
+
+def small_config(root: Path | None = None, **train) -> PainExperiment:
+    data = {"root": str(root)} if root else {"synthetic": {"subjects": SUBJECTS, "frame_scale": 0.02, "image_size": 32}}
+    return PainExperiment.model_validate({
+        "title": "small", "seeds": [5], "methods": ["BC", "F(C)", "FP(C)", "FL(N)"], "data": data,
+        "protocol": {"pretrain_subjects": [42], "subjects": [43, 80, 92], "image_size": 16,
+                     "balance_per_class": 12, "last_session": 3},
+        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1, "pretrain_max_rounds": 2,
+                  "pretrain_patience": 1, **train},
+        "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 2},
+    })
+
+
+def records_of(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["type"] == "test"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    return run_pain_experiment(small_config(), tmp_path_factory.mktemp("run") / "small")
+
+
+def test_run_directory_holds_config_metrics_tables_plots_and_report(small_run):
+    for name in ["config.toml", "run.json", "metrics.jsonl", "report.html", "tables/summary.csv",
+                 "tables/per_subject_f1.md", "tables/rank_sums.csv", "plots/per_session_f1.png"]:
+        assert (small_run / name).is_file(), name
+    assert not small_run.with_name("small.partial").exists()
+    assert json.loads((small_run / "run.json").read_text())["synthetic"] is True
+    assert "SYNTHETIC" in (small_run / "report.html").read_text()
+    assert load_config(small_run / "config.toml") == small_config()  # the resolved config reruns as is
+
+
+def test_every_method_is_tested_on_every_subject_session_it_has(small_run):
+    records = records_of(small_run)
+    methods = {r["method"] for r in records}
+    assert methods == {"BC", "F(C)", "FP(C)", "FL(N)"}
+    pairs = {m: sorted((r["session"], r["client"]) for r in records if r["method"] == m) for m in methods}
+    assert len({tuple(p) for p in pairs.values()}) == 1  # same subject-sessions for every method
+    assert {s for s, _ in pairs["BC"]} <= {1, 2, 3}
+    # session 1 is tested before any Group-2 training: F(C) and FP(C) still equal BC there
+    first = {(r["method"], r["client"]): r["f1"] for r in records if r["session"] == 1}
+    for client in {c for _, c in first}:
+        assert first[("F(C)", client)] == first[("BC", client)] == first[("FP(C)", client)]
+
+
+def test_golden_metrics(small_run):
+    """A short run whose metrics must match stored values: catches silent changes anywhere in
+    data generation, preprocessing, training or evaluation. Regenerate deliberately with
+    FEDCARE_UPDATE_GOLDEN=1 after an intended change, and say why in the commit."""
+    got = {f"{r['method']}|{r['session']}|{r['client']}": [None if _nan(v) else v for v in
+                                                          (r["acc"], r["pr_auc"], r["f1"], r["loss"])]
+           for r in records_of(small_run)}
+    if os.environ.get("FEDCARE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    expected = json.loads(GOLDEN.read_text())
+    assert sorted(got) == sorted(expected)
+    for key, values in expected.items():
+        for a, b in zip(got[key], values):
+            assert (a is None and b is None) or (a is not None and b is not None and abs(a - b) < 1e-4), (key, got[key], values)
+
+
+def _nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def test_same_seed_gives_identical_metrics(small_run, tmp_path):
+    again = run_pain_experiment(small_config(), tmp_path / "again")
+    assert records_of(again) == records_of(small_run)
+
+
+def test_existing_run_directory_is_never_overwritten(small_run):
+    before = (small_run / "metrics.jsonl").read_bytes()
+    with pytest.raises(RunDirectoryExists, match="already exists"):
+        run_pain_experiment(small_config(), small_run)
+    assert (small_run / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.fixture(scope="module")
+def cohort_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data") / "unbc"
+    generate_pain_cohort(root, subjects=SUBJECTS, frame_scale=0.02, image_size=32)
+    return root
+
+
+def _copy(cohort_root: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    target = tmp_path / "unbc"
+    shutil.copytree(cohort_root, target)
+    return target
+
+
+def _some(root: Path, pattern: str) -> Path:
+    return sorted(root.glob(pattern))[0]
+
+
+@pytest.mark.parametrize(
+    "damage, error",
+    [
+        (lambda r: _some(r, "Images/043-*/*/*.png").write_bytes(b"not a png"), UnbcImageError),
+        (lambda r: _some(r, "Frame_Labels/PSPI/080-*/*/*_facs.txt").unlink(), PainDataError),
+        (lambda r: _some(r, "Images/092-*/*/*.png").unlink(), PainDataError),
+    ],
+    ids=["corrupt-image", "missing-label", "missing-image"],
+)
+def test_bad_input_names_the_path_and_leaves_no_run_directory(cohort_root, tmp_path, damage, error):
+    root = _copy(cohort_root, tmp_path)
+    damaged = damage(root)
+    out = tmp_path / "run"
+    with pytest.raises(error) as info:
+        run_pain_experiment(small_config(root), out)
+    assert str(root) in str(info.value)
+    assert not out.exists() and not out.with_name("run.partial").exists()
+
+
+def test_wrong_layout_fails_before_training(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UnbcLayoutError, match="empty"):
+        run_pain_experiment(small_config(tmp_path / "empty"), tmp_path / "run")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run.partial").exists()
+
+
+def test_cli_run_reports_bad_config_and_bad_data_without_traceback(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('methods = ["F(C)"]\n[data]\nroot = "nowhere"\n[train]\nepochs = 3\n')
+    result = CliRunner().invoke(app, ["run", str(bad), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "train.epochs" in result.output and "Traceback" not in result.output
+    good = tmp_path / "good.toml"
+    good.write_text('methods = ["F(C)"]\n[data]\nroot = "nowhere"\n')
+    result = CliRunner().invoke(app, ["run", str(good), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "nowhere" in result.output
+    assert not (tmp_path / "r").exists()
