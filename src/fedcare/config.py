@@ -9,10 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-
-# The thesis's fixed subject split of UNBC-McMaster ([code]; subject 101 has no pain and is dropped).
-GROUP1 = (42, 47, 49, 66, 95, 97, 103, 106, 108, 121, 123, 124)  # pretraining
-GROUP2 = (43, 48, 52, 59, 64, 80, 92, 96, 107, 109, 115, 120)  # training and evaluation
+from fedcare.data.unbc import THESIS_GROUP1, THESIS_GROUP2
 METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL)\((N|C|F)\))$")
 
 
@@ -49,8 +46,8 @@ class PainData(Strict):
 
 
 class PainProtocol(Strict):
-    pretrain_subjects: list[int] = Field(default_factory=lambda: list(GROUP1))  # thesis Group 1
-    subjects: list[int] = Field(default_factory=lambda: list(GROUP2))  # thesis Group 2
+    pretrain_subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP1))  # thesis Group 1
+    subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP2))  # thesis Group 2
     image_size: int = Field(215, ge=16)
     crop_ratio: float = Field(215 / 250, gt=0.5, le=1)
     balance_per_class: int = Field(200, ge=1)  # SessionBalancing T

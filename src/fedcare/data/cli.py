@@ -176,7 +176,7 @@ def synth_pain(
         show_default=False)],
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same files.")] = 0,
     subjects: Annotated[Optional[str], typer.Option(
-        help="Comma-separated subject numbers, e.g. 42,43,47 (default: the 25 UNBC subjects).",
+        help="Comma-separated subject numbers, e.g. 42,43,47 (default: the 24 thesis subjects (all but 101)).",
         show_default=False)] = None,
     frame_scale: Annotated[float, typer.Option(
         help="Fraction of each real sequence's frame count to generate (1.0 = as many frames as the real archive).")] = 0.05,

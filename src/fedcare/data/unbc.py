@@ -99,6 +99,8 @@ __all__ = [
     "MEASURES",
     "PROBLEM_KINDS",
     "SYNTHETIC_MARKER",
+    "THESIS_GROUP1",
+    "THESIS_GROUP2",
     "UnbcDataset",
     "UnbcFrame",
     "UnbcImageError",
@@ -115,6 +117,9 @@ __all__ = [
 ]
 
 MEASURES = ("AFF", "OPR", "SEN", "VAS")
+# The Tobis thesis's fixed subject split ([code]); subject 101 has no pain frames and is left out.
+THESIS_GROUP1 = (42, 47, 49, 66, 95, 97, 103, 106, 108, 121, 123, 124)  # pretraining
+THESIS_GROUP2 = (43, 48, 52, 59, 64, 80, 92, 96, 107, 109, 115, 120)  # training and evaluation
 SYNTHETIC_MARKER = "fedcare-synthetic.json"
 PAIN_THRESHOLD = 1.0  # summarize: a pain frame has PSPI >= 1
 BLACK_MEAN = 1.0  # check_images: a frame whose mean grey level is below this is black

@@ -72,7 +72,7 @@ def build_report(run_dir: Path) -> Path:
     plots = build_plots(agg, records)
     for name, png in plots.items():
         atomic_write_bytes(run_dir / "plots" / f"{name}.png", png)
-    page = render_report_html(run_info, agg, tables, plots, run_dir_name=run_dir.name, notes=notes)
+    page = render_report_html(run_info, agg, tables, plots, run_dir_name=str(run_info.get("run_dir") or run_dir.name), notes=notes)
     return atomic_write_text(run_dir / "report.html", page)
 
 
