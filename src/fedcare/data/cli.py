@@ -184,7 +184,7 @@ def synth_pain(
     min_frames_per_sequence: Annotated[int, typer.Option(
         help="Lower bound on frames per sequence after scaling.")] = 8,
     quirks: Annotated[bool, typer.Option(
-        "--quirks", help="Also reproduce the real archive's quirks (black frames, empty FACS files, doubled folders, ...).")] = False,
+        "--quirks", help="Also write the real archive's black frames: the first 7 frames of 095-tv095/tv095t2aeunaff (or of the first subject's last sequence).")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it already exists.")] = False,
 ) -> None:
     """Generate a synthetic pain cohort in the UNBC-McMaster layout (not real patients).
