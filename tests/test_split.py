@@ -18,6 +18,12 @@ def test_pain_cnn_has_the_thesis_parameter_count():
     assert keras_parameter_count(PainCNN(215)) == 3_027_585
 
 
+@pytest.mark.parametrize("size", [16, 32, 215])
+def test_pain_cnn_takes_its_input_size(size):
+    model = PainCNN(size).eval()
+    assert model(torch.zeros(2, 1, size, size)).shape == (2,)
+
+
 def test_pfdl_split_shares_exactly_the_conv_blocks_with_their_batchnorm():
     model = PainCNN(32)
     split = ParameterSplit(("features",))
