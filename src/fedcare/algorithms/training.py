@@ -36,6 +36,18 @@ def as_float(x: torch.Tensor) -> torch.Tensor:
     return x.float().div_(255.0) if x.dtype == torch.uint8 else x
 
 
+def task_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Binary tasks: logits (N,) and float labels, BCE. Multiclass: logits (N, C) and integer
+    labels, cross-entropy. The label dtype tells which."""
+    if y.is_floating_point():
+        return F.binary_cross_entropy_with_logits(logits, y)
+    return F.cross_entropy(logits, y)
+
+
+def task_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(logits) if logits.ndim == 1 else torch.softmax(logits, dim=1)
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     lr: float = 1e-3
@@ -67,7 +79,7 @@ def train_epochs(
     generator: torch.Generator,
 ) -> float:
     """Vanilla SGD (no momentum: the thesis avoids optimizer state that goes stale after
-    averaging) with BCE on logits; returns the mean training loss of the last epoch.
+    averaging) on `task_loss`; returns the mean training loss of the last epoch.
     A trailing batch of one example is skipped: BatchNorm cannot train on it."""
     optimizer = torch.optim.SGD(list(params), lr=lr)
     n = len(data)
@@ -80,7 +92,7 @@ def train_epochs(
             if len(idx) < 2:
                 continue
             optimizer.zero_grad(set_to_none=True)
-            loss = F.binary_cross_entropy_with_logits(model(as_float(data.x[idx])), data.y[idx])
+            loss = task_loss(model(as_float(data.x[idx])), data.y[idx])
             loss.backward()
             optimizer.step()
             total += loss.item() * len(idx)
@@ -91,10 +103,11 @@ def train_epochs(
 
 @torch.no_grad()
 def predict(model: nn.Module, data: ClientData, batch_size: int = 512) -> tuple[torch.Tensor, float]:
-    """Pain probabilities and the mean BCE loss, with the model in inference mode."""
+    """Class probabilities (pain probability for binary tasks) and the mean loss, with the
+    model in inference mode."""
     was_training = model.training
     model.eval()
     logits = torch.cat([model(as_float(data.x[i : i + batch_size])) for i in range(0, len(data), batch_size)])
     model.train(was_training)
-    loss = F.binary_cross_entropy_with_logits(logits, data.y).item() if len(data) else float("nan")
-    return torch.sigmoid(logits), loss
+    loss = task_loss(logits, data.y).item() if len(data) else float("nan")
+    return task_probabilities(logits), loss
