@@ -62,6 +62,13 @@ class ClientHalf:
         fine-tuning). The default keeps the state as it is."""
         return state
 
+    def setup(
+        self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
+    ) -> Message | None:
+        """A one-off exchange before training (FedAP's feature statistics, FedDG's amplitude
+        bank). None: this algorithm has no setup."""
+        return None
+
 
 class ServerHalf:
     """Weighted average of the shared tensors, in a fixed order (sorted by client id):
@@ -75,6 +82,13 @@ class ServerHalf:
 
     def initial_message(self, model: nn.Module) -> Message:
         return Message(self.split.shared_tensors(model))
+
+    def setup(self, replies: Mapping[ClientId, Message]) -> None:
+        """Receives the clients' setup messages (see `ClientHalf.setup`)."""
+
+    def message_for(self, client: ClientId, message: Message) -> Message:
+        """What `client` receives: the global message, or its own payload (FedAP)."""
+        return message
 
     def weights(self, replies: Mapping[ClientId, Message]) -> dict[ClientId, float]:
         raw = {c: (m.scalars[NUM_EXAMPLES] if self.weighting == "examples" else 1.0) for c, m in replies.items()}

@@ -7,6 +7,7 @@ message and its private state; afterwards its new private state is read back out
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +39,8 @@ class Federation:
         self.algorithm = algorithm
         self.seed = seed
         self.client_fraction = client_fraction
-        self.global_message = algorithm.server.initial_message(model)
+        self.server = algorithm.server  # its state (optimizer moments, FedAP weights) is snapshotted too
+        self.global_message = self.server.initial_message(model)
         self._initial_state = algorithm.client.init_state(model)
         self.states: dict[ClientId, ClientState] = {}
 
@@ -56,24 +58,39 @@ class Federation:
         picked = numpy_rng(self.seed, phase, rnd, "sampling").choice(len(ordered), size=m, replace=False)
         return [ordered[i] for i in sorted(picked)]
 
+    def message_for(self, client: ClientId) -> Message:
+        return self.server.message_for(client, self.global_message)
+
+    def run_setup(self, phase: str, data: Mapping[ClientId, ClientData]) -> None:
+        """The algorithm's one-off setup exchange (a round 0), for the clients holding `data`."""
+        client = self.algorithm.client
+        replies = {}
+        for cid in sorted(data):
+            rng = Randomness(self.seed, phase, cid, 0)
+            reply = client.setup(self.model, self.message_for(cid), self.state_of(cid), data[cid], rng)
+            if reply is not None:
+                replies[cid] = reply
+        if replies:
+            self.server.setup(replies)
+
     def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, ClientData]) -> dict:
-        client, server = self.algorithm.client, self.algorithm.server
+        client = self.algorithm.client
         participants = self.sample(phase, rnd, list(train))
         replies: dict[ClientId, Message] = {}
         for cid in participants:
             rng = Randomness(self.seed, phase, cid, rnd)
-            replies[cid], self.states[cid] = client.fit(self.model, self.global_message, self.state_of(cid), train[cid], rng)
-        self.global_message = server.aggregate(self.global_message, replies)
+            replies[cid], self.states[cid] = client.fit(self.model, self.message_for(cid), self.state_of(cid), train[cid], rng)
+        self.global_message = self.server.aggregate(self.global_message, replies)
         for cid in participants:
             rng = Randomness(self.seed, phase, cid, rnd)
-            self.states[cid] = client.after_aggregation(self.model, self.global_message, self.states[cid], train[cid], rng)
+            self.states[cid] = client.after_aggregation(self.model, self.message_for(cid), self.states[cid], train[cid], rng)
         n = sum(len(train[c]) for c in participants)
         loss = sum(replies[c].scalars[TRAIN_LOSS] * len(train[c]) for c in participants) / max(n, 1)
         return {"train_loss": loss, "clients": len(participants), "n_train": n}
 
     def personal_model(self, client: ClientId) -> nn.Module:
         """The model this client would actually use: shared parts + its own private parts."""
-        return self.algorithm.client.load(self.model, self.global_message, self.state_of(client))
+        return self.algorithm.client.load(self.model, self.message_for(client), self.state_of(client))
 
     def predict(self, client: ClientId, data: ClientData) -> tuple[torch.Tensor, float]:
         return predict(self.personal_model(client), data)
@@ -88,13 +105,15 @@ class Federation:
                 n += len(val[cid])
         return (total / n if n else float("nan")), n
 
-    def snapshot(self) -> tuple[Message, dict[ClientId, ClientState]]:
-        return self.global_message.clone(), {c: clone_state(s) for c, s in self.states.items()}
+    def snapshot(self) -> tuple:
+        states = {c: clone_state(s) for c, s in self.states.items()}
+        return self.global_message.clone(), states, copy.deepcopy(self.server)
 
-    def restore(self, snap: tuple[Message, dict[ClientId, ClientState]]) -> None:
-        message, states = snap
+    def restore(self, snap: tuple) -> None:
+        message, states, server = snap
         self.global_message = message.clone()
         self.states = {c: clone_state(s) for c, s in states.items()}
+        self.server = copy.deepcopy(server)
 
     def train_phase(
         self,
