@@ -21,6 +21,9 @@ ClientId = object  # any sortable id: the pain study uses subject numbers
 
 NUM_EXAMPLES = "num_examples"
 TRAIN_LOSS = "train_loss"
+# Client-state entries that are not model tensors (FedDG's amplitude bank, FedDyn's gradient
+# term) are named with this prefix, so `load` knows what belongs in the model.
+EXTRA = "extra/"
 
 
 class ClientHalf:
@@ -37,7 +40,7 @@ class ClientHalf:
     def load(self, model: nn.Module, message: Message, state: ClientState) -> nn.Module:
         """Put the model this client would use into `model`: shared from the server, private own."""
         load_tensors(model, message.tensors)
-        load_tensors(model, state)
+        load_tensors(model, {k: v for k, v in state.items() if not k.startswith(EXTRA)})
         return model
 
     def outgoing(self, model: nn.Module, n: int, loss: float) -> tuple[Message, ClientState]:
@@ -69,6 +72,10 @@ class ClientHalf:
         bank). None: this algorithm has no setup."""
         return None
 
+    def receive_setup(self, message: Message, state: ClientState) -> ClientState:
+        """Takes the server's setup answer (e.g. the amplitude bank) into the client's state."""
+        return state
+
 
 class ServerHalf:
     """Weighted average of the shared tensors, in a fixed order (sorted by client id):
@@ -83,8 +90,9 @@ class ServerHalf:
     def initial_message(self, model: nn.Module) -> Message:
         return Message(self.split.shared_tensors(model))
 
-    def setup(self, replies: Mapping[ClientId, Message]) -> None:
-        """Receives the clients' setup messages (see `ClientHalf.setup`)."""
+    def setup(self, replies: Mapping[ClientId, Message]) -> Mapping[ClientId, Message] | None:
+        """Receives the clients' setup messages (see `ClientHalf.setup`); may answer each client."""
+        return None
 
     def message_for(self, client: ClientId, message: Message) -> Message:
         """What `client` receives: the global message, or its own payload (FedAP)."""

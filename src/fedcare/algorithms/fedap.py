@@ -126,6 +126,7 @@ class FedAPServer(ServerHalf):
 
     def setup(self, replies: Mapping[ClientId, Message]) -> None:
         self.statistics = {c: dict(m.tensors) for c, m in replies.items()}
+        return None
 
     def weight_matrix(self, clients: list[ClientId]) -> np.ndarray:
         d = np.array([[statistics_distance(self.statistics[a], self.statistics[b]) for b in clients] for a in clients])

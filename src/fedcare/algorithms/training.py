@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -77,9 +77,11 @@ def train_epochs(
     lr: float,
     batch_size: int,
     generator: torch.Generator,
+    batch_transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
 ) -> float:
     """Vanilla SGD (no momentum: the thesis avoids optimizer state that goes stale after
     averaging) on `task_loss`; returns the mean training loss of the last epoch.
+    `batch_transform` (e.g. FedDG's amplitude augmentation) maps each float batch before use.
     A trailing batch of one example is skipped: BatchNorm cannot train on it."""
     optimizer = torch.optim.SGD(list(params), lr=lr)
     n = len(data)
@@ -92,7 +94,10 @@ def train_epochs(
             if len(idx) < 2:
                 continue
             optimizer.zero_grad(set_to_none=True)
-            loss = task_loss(model(as_float(data.x[idx])), data.y[idx])
+            x = as_float(data.x[idx])
+            if batch_transform is not None:
+                x = batch_transform(x, generator)
+            loss = task_loss(model(x), data.y[idx])
             loss.backward()
             optimizer.step()
             total += loss.item() * len(idx)

@@ -70,8 +70,9 @@ class Federation:
             reply = client.setup(self.model, self.message_for(cid), self.state_of(cid), data[cid], rng)
             if reply is not None:
                 replies[cid] = reply
-        if replies:
-            self.server.setup(replies)
+        answers = self.server.setup(replies) if replies else None
+        for cid, answer in sorted((answers or {}).items()):
+            self.states[cid] = client.receive_setup(answer, self.state_of(cid))
 
     def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, ClientData]) -> dict:
         client = self.algorithm.client
