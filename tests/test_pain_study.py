@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import ConfigError, PainExperiment, load_config
+from fedcare.config import PainExperiment, load_config
 from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
 from fedcare.studies.pain.cohort import PainDataError
@@ -126,7 +126,7 @@ def _some(root: Path, pattern: str) -> Path:
 )
 def test_bad_input_names_the_path_and_leaves_no_run_directory(cohort_root, tmp_path, damage, error):
     root = _copy(cohort_root, tmp_path)
-    damaged = damage(root)
+    damage(root)
     out = tmp_path / "run"
     with pytest.raises(error) as info:
         run_pain_experiment(small_config(root), out)

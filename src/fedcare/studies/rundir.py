@@ -1,0 +1,66 @@
+"""A run directory's lifecycle: work in `<out>.partial`, rename to `<out>` only on success.
+
+An existing run directory is never overwritten; a failed run leaves nothing behind (unless
+asked to keep the partial directory for debugging)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+from fedcare import __version__
+
+# progress(task description, units done, units total)
+Progress = Callable[[str, int, int], None]
+
+
+class RunDirectoryExists(FileExistsError):
+    pass
+
+
+@contextmanager
+def partial_run_directory(out: Path, keep_partial: bool = False) -> Iterator[Path]:
+    out = Path(out)
+    if out.exists():
+        raise RunDirectoryExists(f"{out}: run directory already exists; choose another --out or remove it")
+    partial = out.with_name(out.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    try:
+        yield partial
+        partial.rename(out)
+    except BaseException:
+        if not keep_partial:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def records_writer(path: Path) -> Iterator[Callable[[dict], None]]:
+    """Append one JSON object per line, flushed as it goes (metrics.jsonl)."""
+    handle: IO[str] = path.open("a")
+
+    def write(record: dict) -> None:
+        handle.write(json.dumps(record, allow_nan=True) + "\n")
+        handle.flush()
+
+    try:
+        yield write
+    finally:
+        handle.close()
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_run_info(run_dir: Path, out: Path, **facts) -> None:
+    """run.json: what the report shows about the run."""
+    info = {"run_dir": Path(out).name, "fedcare_version": __version__, "finished": now(), **facts}
+    (run_dir / "run.json").write_text(json.dumps(info, indent=2))
