@@ -1,0 +1,407 @@
+"""Independent checks of the server halves against Flower 1.41's strategies and by hand.
+
+For every algorithm Flower also ships (FedAvg, FedProx's server side, FedAdam, FedYogi,
+FedAdagrad, FedAvgM, QFedAvg) the same client results go to Flower's strategy, driven
+offline as `Strategy.start` drives it (tests/flower_offline.py), and to ours, for three
+consecutive rounds (the optimizers carry moments), and the global tensors must agree to 1e-6.
+
+Where our definition differs from Flower's, the difference is pinned here and our
+definition is checked by hand instead:
+- Integer tensors (BatchNorm's num_batches_tracked): Flower's FedOpt family and QFedAvg
+  apply their update to every array, so an int64 counter comes back as a moved float; ours
+  take the plain average. The equivalence runs use floating-point tensors only; the tests
+  `test_flower_moves_integer_arrays_we_average_them` and the hand checks pin both sides.
+- Floating-point buffers (running statistics): Flower cannot tell them from parameters and
+  optimizes them; our default averages them (buffers="optimize" matches Flower). The
+  equivalence runs use a model made only of parameters.
+- FedAvgM's default momentum: Flower 0.0 (= FedAvg), ours 0.9 (Hsu et al.); the runs pass
+  the momentum explicitly and also check Flower's default against ours at 0.0.
+- q-FedAvg: Flower takes L = 1 / client_learning_rate and whatever loss the client put
+  under `train_loss`; q-FFL's F_k is the loss at the global model before local training,
+  which our client half measures (checked against `predict` on the received model). The
+  server formulas agree given the same loss; FedLab's client-side sum-of-last-epoch loss is
+  described in fedcare.algorithms.qfedavg and not run here (FedLab is not a dependency).
+- AdamW has no Flower counterpart: it is checked against torch.optim.AdamW stepping a
+  parameter whose .grad is −Δ.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from flwr.app import ConfigRecord
+from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi, QFedAvg
+from torch import nn
+
+from fedcare.algorithms import fedavg
+from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, ClientHalf, ServerHalf
+from fedcare.algorithms.messages import Message
+from fedcare.algorithms.qfedavg import LOSS_AT_GLOBAL, QFedAvgClient, QFedAvgServer, qfedavg
+from fedcare.algorithms.server_optimizers import DEFAULTS, OptimizedServer, with_server_optimizer
+from fedcare.algorithms.training import Randomness, TrainSettings, predict
+from fedcare.runtime.simulation import Federation
+from flower_offline import StandInGrid, flower_round, run_flower, task_identity, to_record
+from tiny import tiny_data, tiny_model
+
+SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
+ROUNDS = 3
+EXAMPLES = {3: 12, 7: 45, 11: 130}  # node id -> example count
+TOL = 1e-6
+
+
+class Weights(nn.Module):
+    """Parameters only (no buffers), with the shapes of a small conv net, a 0-d one included."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3)
+        self.fc = nn.Linear(8, 5)
+        self.scale = nn.Parameter(torch.tensor(1.5))
+
+
+def weights_model() -> Weights:
+    torch.manual_seed(0)
+    return Weights()
+
+
+def client_results(initial: dict[str, torch.Tensor], rounds: int = ROUNDS):
+    """Per round, per node: (tensors sent back, loss). Fixed by (round, node) only, so the
+    very same results can go to Flower and to us."""
+    out = []
+    for r in range(1, rounds + 1):
+        results = {}
+        for node in EXAMPLES:
+            g = torch.Generator().manual_seed(1000 * r + node)
+            tensors = {k: v + 0.3 * torch.randn(v.shape, generator=g) + 0.02 * node for k, v in initial.items()}
+            loss = 0.2 + 1.5 * torch.rand((), generator=g).item()
+            results[node] = (tensors, loss)
+        out.append(results)
+    return out
+
+
+def for_flower(rounds):
+    return [
+        {n: (t, {"num-examples": EXAMPLES[n], "train_loss": loss}) for n, (t, loss) in results.items()}
+        for results in rounds
+    ]
+
+
+def run_ours(server: ServerHalf, model: nn.Module, rounds) -> list[dict[str, torch.Tensor]]:
+    current = server.initial_message(model)
+    out = []
+    for results in rounds:
+        replies = {
+            n: Message({k: v.clone() for k, v in t.items()},
+                       {NUM_EXAMPLES: float(EXAMPLES[n]), TRAIN_LOSS: loss, LOSS_AT_GLOBAL: loss})
+            for n, (t, loss) in results.items()
+        }
+        current = server.aggregate(current, replies)
+        out.append(current.tensors)
+    return out
+
+
+def assert_rounds_agree(ours, theirs):
+    assert len(ours) == len(theirs) == ROUNDS
+    for r, (a, b) in enumerate(zip(ours, theirs), start=1):
+        assert set(a) == set(b)
+        for k in a:
+            assert a[k].shape == b[k].shape, (r, k)
+            diff = (a[k].double() - b[k].double()).abs().max().item()
+            assert diff <= TOL, f"round {r}, {k}: max |ours - flower| = {diff:.3g}"
+
+
+def fedavg_server() -> ServerHalf:
+    return fedavg(SETTINGS, weighting="examples").server
+
+
+# (name, our server factory, Flower strategy factory)
+CASES = [
+    ("fedavg", fedavg_server, lambda: FedAvg()),
+    # FedProx changes only the client's loss; its server half is FedAvg's (fedcare and Flower alike)
+    ("fedprox", fedavg_server, lambda: FedProx(proximal_mu=0.01)),
+    ("fedadam-defaults", lambda: OptimizedServer(fedavg_server(), "fedadam"), lambda: FedAdam()),
+    ("fedadam", lambda: OptimizedServer(fedavg_server(), "fedadam", eta=0.03, beta_1=0.8, beta_2=0.95, tau=1e-2),
+     lambda: FedAdam(eta=0.03, beta_1=0.8, beta_2=0.95, tau=1e-2)),
+    ("fedyogi-defaults", lambda: OptimizedServer(fedavg_server(), "fedyogi"), lambda: FedYogi()),
+    ("fedyogi", lambda: OptimizedServer(fedavg_server(), "fedyogi", eta=0.05, beta_1=0.5, beta_2=0.9, tau=1e-2),
+     lambda: FedYogi(eta=0.05, beta_1=0.5, beta_2=0.9, tau=1e-2)),
+    ("fedadagrad-defaults", lambda: OptimizedServer(fedavg_server(), "fedadagrad"), lambda: FedAdagrad()),
+    ("fedadagrad", lambda: OptimizedServer(fedavg_server(), "fedadagrad", eta=0.2, tau=1e-1),
+     lambda: FedAdagrad(eta=0.2, tau=1e-1)),
+    ("fedavgm", lambda: OptimizedServer(fedavg_server(), "fedavgm", server_momentum=0.9),
+     lambda: FedAvgM(server_momentum=0.9)),
+    ("fedavgm-lr", lambda: OptimizedServer(fedavg_server(), "fedavgm", server_learning_rate=0.7, server_momentum=0.5),
+     lambda: FedAvgM(server_learning_rate=0.7, server_momentum=0.5)),
+    ("fedavgm-no-momentum", lambda: OptimizedServer(fedavg_server(), "fedavgm", server_momentum=0.0),
+     lambda: FedAvgM()),  # Flower's default momentum 0.0
+    # q-FedAvg: L = 1 / client_learning_rate in Flower
+    ("qfedavg-thesis", lambda: QFedAvgServer(q=0.001, lipschitz=100.0),
+     lambda: QFedAvg(client_learning_rate=0.01, q=0.001)),
+    ("qfedavg-q0.5", lambda: QFedAvgServer(q=0.5, lipschitz=20.0), lambda: QFedAvg(client_learning_rate=0.05, q=0.5)),
+    ("qfedavg-q2", lambda: QFedAvgServer(q=2.0, lipschitz=10.0), lambda: QFedAvg(client_learning_rate=0.1, q=2.0)),
+]
+
+
+@pytest.mark.parametrize("name,ours,theirs", CASES, ids=[c[0] for c in CASES])
+def test_same_client_results_give_flowers_aggregate(name, ours, theirs):
+    model = weights_model()
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    rounds = client_results(initial)
+    flower = run_flower(theirs(), initial, for_flower(rounds))  # fresh strategy and records
+    mine = run_ours(ours(), model, rounds)
+    assert_rounds_agree(mine, flower)
+    # and the optimizers do something: the result is not FedAvg's (except the FedAvg-like cases)
+    plain = run_ours(fedavg_server(), weights_model(), rounds)
+    moved = max((mine[-1][k] - plain[-1][k]).abs().max().item() for k in plain[-1])
+    if name in ("fedavg", "fedprox", "fedavgm-no-momentum"):
+        assert moved <= TOL
+    else:
+        assert moved > 1e-3
+
+
+def test_fedprox_strategy_only_adds_mu_to_the_config():
+    """Why FedProx's server side is FedAvg's: Flower's FedProx only puts proximal-mu into the
+    instruction; aggregation is inherited from FedAvg."""
+    assert FedProx.aggregate_train is FedAvg.aggregate_train
+    with task_identity():
+        strategy = FedProx(proximal_mu=0.25)
+        instructions = list(strategy.configure_train(1, to_record({"w": torch.zeros(2)}), ConfigRecord(), StandInGrid([1, 2])))
+    assert all(m.content["config"]["proximal-mu"] == 0.25 for m in instructions)
+
+
+@pytest.mark.parametrize("optimizer,strategy", [("fedadam", FedAdam), ("fedyogi", FedYogi), ("fedadagrad", FedAdagrad)])
+def test_fedopt_defaults_are_flowers(optimizer, strategy):
+    flower = strategy()
+    for name, value in DEFAULTS[optimizer].items():
+        if hasattr(flower, name):
+            assert getattr(flower, name) == value, name
+    assert DEFAULTS["fedadam"]["bias_correction"] == "flower"
+
+
+def test_fedavgm_default_momentum_differs_from_flower_on_purpose():
+    assert FedAvgM().server_momentum == 0.0  # Flower: FedAvgM defaults to plain FedAvg
+    assert DEFAULTS["fedavgm"] == {"server_learning_rate": 1.0, "server_momentum": 0.9}
+    assert FedAvgM().server_learning_rate == DEFAULTS["fedavgm"]["server_learning_rate"]
+
+
+@pytest.mark.parametrize("name,strategy", [("fedadam", lambda: FedAdam()),
+                                           ("qfedavg", lambda: QFedAvg(client_learning_rate=0.01, q=0.001))],
+                         ids=["fedadam", "qfedavg"])
+def test_flower_moves_integer_arrays_we_average_them(name, strategy):
+    """The documented difference: Flower's FedAdam updates num_batches_tracked like a weight
+    (a float comes back, not the average) and its QFedAvg raises on an integer array; ours
+    keep an integer average."""
+    current = {"w": torch.zeros(3), "count": torch.tensor(10)}
+    results = {1: ({"w": torch.ones(3), "count": torch.tensor(14)}, {"num-examples": 10, "train_loss": 0.5}),
+               2: ({"w": 2 * torch.ones(3), "count": torch.tensor(20)}, {"num-examples": 30, "train_loss": 0.9})}
+    with task_identity():
+        if name == "qfedavg":  # Flower 1.41's QFedAvg cannot even take them: L·(w − w_k) in place on int64
+            with pytest.raises(TypeError, match="Cannot cast"):
+                flower_round(strategy(), 1, current, results)
+            out = None
+        else:
+            out = flower_round(strategy(), 1, current, results)
+    if out is not None:
+        assert out["count"].is_floating_point()
+        assert out["count"].item() not in (10.0, 14.0, 20.0, 18.5, 17.0)  # not a counter, not an average
+    replies = {c: Message(dict(t), {NUM_EXAMPLES: float(m["num-examples"]), LOSS_AT_GLOBAL: m["train_loss"]})
+               for c, (t, m) in results.items()}
+    inner = ServerHalf(weighting="examples")
+    for server in (OptimizedServer(inner, "fedadam", buffers="optimize"), QFedAvgServer(weighting="examples")):
+        ours = server.aggregate(Message(dict(current)), replies)
+        assert ours.tensors["count"].dtype == torch.int64 and ours.tensors["count"].item() == round((14 * 10 + 20 * 30) / 40)
+
+
+# --- our definitions by hand -------------------------------------------------------------
+
+def _bn_model() -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+
+
+def _bn_replies(model: nn.Module) -> dict[int, Message]:
+    replies = {}
+    for c, n in ((1, 10), (2, 30)):
+        g = torch.Generator().manual_seed(c)
+        t = {k: (v + torch.randn(v.shape, generator=g) if v.is_floating_point() else v + 4 * c)
+             for k, v in model.state_dict().items()}
+        replies[c] = Message(t, {NUM_EXAMPLES: float(n), TRAIN_LOSS: 0.0})
+    return replies
+
+
+@pytest.mark.parametrize("bias_correction", ["flower", "adam", "none"])
+def test_fedadam_first_step_by_hand(bias_correction):
+    """Step 1 from zero moments: m = (1−β1)Δ, v = (1−β2)Δ², w + α m/(√v + τ); buffers and the
+    integer counter take the average."""
+    model = _bn_model()
+    server = OptimizedServer(ServerHalf(weighting="examples"), "fedadam", eta=0.1, beta_1=0.9, beta_2=0.99, tau=1e-3,
+                             bias_correction=bias_correction)
+    current = server.initial_message(model)
+    replies = _bn_replies(model)
+    out = server.aggregate(current, replies).tensors
+    avg = ServerHalf(weighting="examples").aggregate(current, replies).tensors
+    k = {"flower": 2, "adam": 1, "none": None}[bias_correction]
+    alpha = 0.1 if k is None else 0.1 * math.sqrt(1 - 0.99**k) / (1 - 0.9**k)
+    for name in ("0.weight", "0.bias", "1.weight", "1.bias"):
+        delta = avg[name] - current.tensors[name]
+        expected = current.tensors[name] + alpha * (0.1 * delta) / ((0.01 * delta**2).sqrt() + 1e-3)
+        torch.testing.assert_close(out[name], expected, atol=1e-6, rtol=0)
+    for name in ("1.running_mean", "1.running_var", "1.num_batches_tracked"):
+        assert torch.equal(out[name], avg[name]), name
+    assert out["1.num_batches_tracked"].dtype == torch.int64
+
+
+def test_buffers_optimize_moves_running_statistics_too():
+    model = _bn_model()
+    server = OptimizedServer(ServerHalf(), "fedavgm", buffers="optimize", server_learning_rate=0.5, server_momentum=0.0)
+    current = server.initial_message(model)
+    replies = _bn_replies(model)
+    out = server.aggregate(current, replies).tensors
+    avg = ServerHalf().aggregate(current, replies).tensors
+    for name in ("1.running_mean", "1.running_var", "0.weight"):
+        torch.testing.assert_close(out[name], current.tensors[name] + 0.5 * (avg[name] - current.tensors[name]))
+    assert torch.equal(out["1.num_batches_tracked"], avg["1.num_batches_tracked"])
+
+
+def test_fedyogi_and_fedadagrad_two_steps_by_hand():
+    w0, targets = torch.tensor([0.0, 1.0]), [torch.tensor([0.5, 0.0]), torch.tensor([1.0, 0.2])]
+    for name in ("fedyogi", "fedadagrad"):
+        server = OptimizedServer(ServerHalf(), name, buffers="optimize", eta=0.1, beta_1=0.5, tau=0.01,
+                                 **({"beta_2": 0.9} if name == "fedyogi" else {}))
+        w, m, v = w0.clone(), torch.zeros(2), torch.zeros(2)
+        current = Message({"w": w0.clone()})
+        for target in targets:
+            current = server.aggregate(current, {1: Message({"w": target}, {NUM_EXAMPLES: 1.0})})
+            d = target - w
+            m = 0.5 * m + 0.5 * d
+            v = v - 0.1 * d**2 * torch.sign(v - d**2) if name == "fedyogi" else v + d**2
+            w = w + 0.1 * m / (v.sqrt() + 0.01)
+            torch.testing.assert_close(current.tensors["w"], w, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("hyper", [{}, {"lr": 0.05, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.1}],
+                         ids=["torch-defaults", "custom"])
+def test_adamw_is_torch_adamw_on_minus_delta(hyper):
+    """The surgical thesis's server: torch.optim.AdamW stepping the global tensors with
+    .grad = −Δ = current − average, three rounds, moments carried over."""
+    model = weights_model()
+    algorithm = with_server_optimizer(fedavg(SETTINGS), "adamw", **hyper)
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    rounds = client_results(initial)
+    mine = run_ours(algorithm.server, model, rounds)
+
+    params = {k: nn.Parameter(v.clone()) for k, v in initial.items()}
+    opt = torch.optim.AdamW(list(params.values()), **hyper)
+    inner = ServerHalf(weighting="examples")
+    for r, results in enumerate(rounds):
+        current = Message({k: p.detach().clone() for k, p in params.items()})
+        replies = {n: Message(t, {NUM_EXAMPLES: float(EXAMPLES[n])}) for n, (t, _) in results.items()}
+        avg = inner.aggregate(current, replies).tensors
+        opt.zero_grad()
+        for k, p in params.items():
+            p.grad = -(avg[k] - p.detach())
+        opt.step()
+        for k, p in params.items():
+            diff = (mine[r][k] - p.detach()).abs().max().item()
+            assert diff <= TOL, (r + 1, k, diff)
+
+
+def test_with_server_optimizer_wraps_a_copy_and_names_it():
+    base = fedavg(SETTINGS)
+    wrapped = with_server_optimizer(base, "fedadam", eta=0.01)
+    assert wrapped.name == "fedavg+fedadam" and wrapped.client is base.client
+    assert isinstance(wrapped.server, OptimizedServer) and wrapped.server.inner is not base.server
+    assert base.server.__class__ is ServerHalf
+    assert wrapped.server.split == base.server.split and wrapped.server.weighting == base.server.weighting
+    with pytest.raises(ValueError):
+        with_server_optimizer(base, "fedsgdw")
+    with pytest.raises(TypeError):
+        with_server_optimizer(base, "fedadam", lr=0.1)  # FedAdam's step size is eta
+    with pytest.raises(ValueError):
+        with_server_optimizer(base, "fedadam", bias_correction="kingma")
+
+
+def test_optimized_server_refuses_to_guess_buffers_and_skips_empty_rounds():
+    server = OptimizedServer(ServerHalf(), "fedadam")
+    current = Message({"w": torch.zeros(2)})
+    with pytest.raises(RuntimeError, match="initial_message"):
+        server.aggregate(current, {1: Message({"w": torch.ones(2)}, {NUM_EXAMPLES: 1.0})})
+    server.initial_message(nn.Linear(2, 1))
+    assert server.aggregate(current, {}) is current and server.step == 0
+
+
+def test_qfedavg_server_by_hand():
+    """Two clients, one 2-vector and an integer counter; q = 0.5, L = 10."""
+    current = Message({"w": torch.tensor([1.0, 2.0]), "count": torch.tensor(4)})
+    replies = {
+        "a": Message({"w": torch.tensor([0.8, 2.1]), "count": torch.tensor(6)}, {NUM_EXAMPLES: 10.0, LOSS_AT_GLOBAL: 0.64}),
+        "b": Message({"w": torch.tensor([1.3, 1.6]), "count": torch.tensor(10)}, {NUM_EXAMPLES: 30.0, LOSS_AT_GLOBAL: 2.25}),
+    }
+    # Δ_a = 10·(0.2, −0.1) = (2, −1), ‖Δ_a‖² = 5; F_a^½ = 0.8, F_a^−½ = 1.25: h_a = 0.5·1.25·5 + 10·0.8 = 11.125
+    # Δ_b = 10·(−0.3, 0.4) = (−3, 4), ‖Δ_b‖² = 25; F_b^½ = 1.5, F_b^−½ = 2/3: h_b = 0.5·(2/3)·25 + 15 = 23.3333
+    # w' = w − (0.8·Δ_a + 1.5·Δ_b) / (h_a + h_b) = (1, 2) − (−2.9, 5.2) / 34.458333
+    expected = torch.tensor([1.0 + 2.9 / 34.458333, 2.0 - 5.2 / 34.458333])
+    out = QFedAvgServer(q=0.5, lipschitz=10.0).aggregate(current, replies)
+    torch.testing.assert_close(out.tensors["w"], expected, atol=1e-6, rtol=0)
+    assert out.tensors["count"].item() == 8  # uniform average of 6 and 10
+    # weighting="examples": Δ_k and h_k scaled by p = (¼, ¾)
+    weighted = QFedAvgServer(q=0.5, lipschitz=10.0, weighting="examples").aggregate(current, replies)
+    num = 0.25 * 0.8 * torch.tensor([2.0, -1.0]) + 0.75 * 1.5 * torch.tensor([-3.0, 4.0])
+    torch.testing.assert_close(weighted.tensors["w"], torch.tensor([1.0, 2.0]) - num / (0.25 * 11.125 + 0.75 * 70 / 3),
+                               atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("weighting", ["uniform", "examples"])
+def test_qfedavg_with_q_zero_is_fedavg(weighting):
+    model = weights_model()
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    rounds = client_results(initial, rounds=1)
+    q0 = run_ours(QFedAvgServer(q=0.0, lipschitz=3.0, weighting=weighting), model, rounds)
+    plain = run_ours(ServerHalf(weighting=weighting), model, rounds)
+    for k in plain[0]:
+        torch.testing.assert_close(q0[0][k], plain[0][k], atol=1e-6, rtol=0)
+
+
+def test_qfedavg_client_reports_the_loss_at_the_global_model():
+    """F_k(w^t): the received model's loss on the client's training data, before training;
+    the rest of the reply is exactly FedAvg's client's."""
+    algorithm = qfedavg(SETTINGS)
+    assert (algorithm.server.q, algorithm.server.lipschitz, algorithm.server.weighting) == (0.001, 100.0, "uniform")
+    model, data = tiny_model(), tiny_data(5)
+    message = algorithm.server.initial_message(model)
+    state = algorithm.client.init_state(model)
+    _, expected = predict(copy.deepcopy(model), data)
+    rng = Randomness(0, "t", 1, 1)
+    reply, _ = algorithm.client.fit(model, message, state, data, rng)
+    plain, _ = ClientHalf(SETTINGS).fit(tiny_model(), message, state, data, rng)
+    assert reply.scalars[LOSS_AT_GLOBAL] == pytest.approx(expected, abs=1e-7)
+    assert reply.scalars[TRAIN_LOSS] == plain.scalars[TRAIN_LOSS] != pytest.approx(expected)
+    assert set(reply.tensors) == set(plain.tensors)
+    assert all(torch.equal(reply.tensors[k], plain.tensors[k]) for k in plain.tensors)
+    assert isinstance(algorithm.client, QFedAvgClient)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: with_server_optimizer(fedavg(SETTINGS), "fedadam", eta=0.01),
+    lambda: with_server_optimizer(fedavg(SETTINGS), "adamw"),
+    lambda: qfedavg(SETTINGS),
+], ids=["fedavg+fedadam", "fedavg+adamw", "qfedavg"])
+def test_runs_in_the_simulator_deterministically(make):
+    """Two rounds on the tiny BatchNorm net; the same seed gives the same tensors, and the
+    optimizer state travels with the server's snapshot."""
+    train = {c: tiny_data(c) for c in (1, 2, 3)}
+    finals = []
+    for _ in range(2):
+        fed = Federation(tiny_model(), make(), seed=7)
+        for rnd in (1, 2):
+            info = fed.run_round("train", rnd, train)
+            assert math.isfinite(info["train_loss"])
+        finals.append(fed.global_message.tensors)
+        snap = fed.snapshot()
+        assert snap[2] is not fed.server and getattr(snap[2], "step", None) == getattr(fed.server, "step", None)
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+    assert all(torch.isfinite(v.double()).all() for v in finals[0].values())
+    assert (finals[0]["features.1.running_var"] > 0).all()
