@@ -1,6 +1,11 @@
 """The self-contained report.html of a run: one page, inline CSS, plots as base64 PNG data URIs,
 tables as HTML tables. Every piece of text that comes from the run (run.json, records) is
-HTML-escaped."""
+HTML-escaped.
+
+The page skeleton (:func:`render_page`: head, CSS, title, synthetic banner, footer) and the
+building blocks (:func:`facts_table`, :func:`notes_html`, :func:`nav_html`, :func:`table_block`,
+:func:`figure_block`) are shared by every study's report; :func:`render_report_html` is the pain
+study's page."""
 
 from __future__ import annotations
 
@@ -74,9 +79,18 @@ KNOWN_FACTS = [
 NOT_FACTS = {"title", "synthetic", "notes"}
 
 
-def _facts(run_info: Mapping[str, Any], agg: RunAggregate, run_dir_name: str) -> str:
+def facts_table(
+    run_info: Mapping[str, Any],
+    run_dir_name: str,
+    known_facts: Sequence[tuple[str, str]] = KNOWN_FACTS,
+    extra_rows: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The "Run" facts table: the run directory, the ``known_facts`` of run.json in that order
+    (with their labels), whether the data are synthetic, every other simple run.json value, then
+    ``extra_rows`` (study-specific counts). All text is escaped."""
+    known = dict(known_facts)
     rows: list[tuple[str, str]] = [("Run directory", run_dir_name)]
-    for key, label in KNOWN_FACTS:
+    for key, label in known_facts:
         if key in run_info and run_info[key] not in (None, "", []):
             rows.append((label, _list_text(run_info[key])))
             if key == "finished":
@@ -86,18 +100,24 @@ def _facts(run_info: Mapping[str, Any], agg: RunAggregate, run_dir_name: str) ->
     synthetic = run_info.get("synthetic")
     rows.append(("Data", "synthetic" if synthetic is True else "real" if synthetic is False else "not stated"))
     for key, value in run_info.items():
-        if key in NOT_FACTS or key in dict(KNOWN_FACTS):
+        if key in NOT_FACTS or key in known:
             continue
         if isinstance(value, (str, int, float, bool, list, tuple)) and value not in ("", []):
             rows.append((key, _list_text(value)))
-    total = sum(s.records + s.masked_out for s in agg.summary.values())
-    kept = sum(s.records for s in agg.summary.values())
-    rows.append(("Test records", f"{total} ({kept} with positives kept, {total - kept} masked out)"))
+    rows += list(extra_rows)
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts"><tbody>{body}</tbody></table>'
 
 
-def _table_block(t: Table) -> str:
+def _facts(run_info: Mapping[str, Any], agg: RunAggregate, run_dir_name: str) -> str:
+    total = sum(s.records + s.masked_out for s in agg.summary.values())
+    kept = sum(s.records for s in agg.summary.values())
+    extra = [("Test records", f"{total} ({kept} with positives kept, {total - kept} masked out)")]
+    return facts_table(run_info, run_dir_name, KNOWN_FACTS, extra)
+
+
+def table_block(t: Table) -> str:
+    """A table with its title (an <h3> anchored at the table's name) and caption."""
     return f'<h3 id="{esc(t.name)}">{esc(t.title)}</h3>{t.html()}<p class="caption">{esc(t.caption)}</p>'
 
 
@@ -130,10 +150,64 @@ def _how_to_read(agg: RunAggregate) -> str:
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
-def _figure(name: str, png: bytes, caption: str) -> str:
+def figure_block(name: str, png: bytes, caption: str) -> str:
+    """A plot as an inline base64 PNG with its caption and file name (plots/<name>.png)."""
     data = base64.b64encode(png).decode("ascii")
     return (f'<figure id="plot-{esc(name)}"><img alt="{esc(caption)}" src="data:image/png;base64,{data}">'
             f"<figcaption>{esc(caption)} (plots/{esc(name)}.png)</figcaption></figure>")
+
+
+def nav_html(links: Sequence[tuple[str, str]]) -> str:
+    """The page's navigation bar: (anchor id, label) pairs."""
+    return "<nav>" + "".join(f'<a href="#{esc(a)}">{esc(label)}</a>' for a, label in links) + "</nav>"
+
+
+def banner_html(synthetic: Any) -> str | None:
+    """The big SYNTHETIC banner when run.json says synthetic, a grey note when it does not say,
+    nothing for real data."""
+    if synthetic is True:
+        return f'<div class="banner synthetic" role="alert">{esc(SYNTHETIC_BANNER)}</div>'
+    if synthetic is None:
+        return '<div class="banner unknown">run.json does not say whether these data are synthetic or real.</div>'
+    return None
+
+
+def notes_html(run_info: Mapping[str, Any], notes: Sequence[str] = ()) -> str | None:
+    """run.json's notes followed by the report's own notes, as a list (None when there are none)."""
+    run_notes = run_info.get("notes") or []
+    if not isinstance(run_notes, list):
+        run_notes = [run_notes]
+    all_notes = [str(n) for n in [*run_notes, *notes] if n]
+    if not all_notes:
+        return None
+    return '<h3>Notes</h3><ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in all_notes) + "</ul>"
+
+
+def page_title(run_info: Mapping[str, Any], run_dir_name: str) -> str:
+    return str(run_info.get("title") or f"fedcare run {run_dir_name}".strip())
+
+
+def render_page(title: str, synthetic: Any, body: Sequence[str]) -> str:
+    """The page skeleton shared by every study's report: head with inline CSS, <h1> title, the
+    synthetic-data banner, then ``body`` (HTML fragments, already escaped), the footer."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>",
+        f"<h1>{esc(title)}</h1>",
+    ]
+    banner = banner_html(synthetic)
+    if banner:
+        parts.append(banner)
+    parts += list(body)
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts.append(
+        f"<footer>Generated by fedcare report at {esc(generated)} from metrics.jsonl and run.json. "
+        "The same tables are in tables/ (CSV with raw fractions, Markdown), the plots in plots/.</footer>"
+    )
+    parts.append("</main></body></html>\n")
+    return "\n".join(parts)
 
 
 PLOT_CAPTIONS = {
@@ -155,54 +229,30 @@ def render_report_html(
     notes: Sequence[str] = (),
 ) -> str:
     """The whole page as a string."""
-    title = str(run_info.get("title") or f"fedcare run {run_dir_name}".strip())
-    synthetic = run_info.get("synthetic")
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>",
-        f"<h1>{esc(title)}</h1>",
+        nav_html([("facts", "Run"), ("summary-section", "Summary"), ("how", "How to read"), ("subjects", "Per subject"),
+                  ("sessions", "Per session"), ("ranks", "Rank sums"), ("plots", "Plots")]),
+        '<h2 id="facts">Run</h2>',
+        _facts(run_info, agg, run_dir_name),
     ]
-    if synthetic is True:
-        parts.append(f'<div class="banner synthetic" role="alert">{esc(SYNTHETIC_BANNER)}</div>')
-    elif synthetic is None:
-        parts.append('<div class="banner unknown">run.json does not say whether these data are synthetic or real.</div>')
-    parts.append(
-        '<nav><a href="#facts">Run</a><a href="#summary-section">Summary</a><a href="#how">How to read</a>'
-        '<a href="#subjects">Per subject</a><a href="#sessions">Per session</a><a href="#ranks">Rank sums</a>'
-        '<a href="#plots">Plots</a></nav>'
-    )
-    parts.append('<h2 id="facts">Run</h2>')
-    parts.append(_facts(run_info, agg, run_dir_name))
-    run_notes = run_info.get("notes") or []
-    if not isinstance(run_notes, list):
-        run_notes = [run_notes]
-    all_notes = [str(n) for n in [*run_notes, *notes] if n]
-    if all_notes:
-        parts.append('<h3>Notes</h3><ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in all_notes) + "</ul>")
+    notes_block = notes_html(run_info, notes)
+    if notes_block:
+        parts.append(notes_block)
 
     parts.append('<h2 id="summary-section">Summary (Table 7.1)</h2>')
-    parts.append(_table_block(tables["summary"]))
+    parts.append(table_block(tables["summary"]))
     parts.append('<h2 id="how">How to read this</h2>')
     parts.append(_how_to_read(agg))
 
     parts.append('<h2 id="subjects">Per test subject (Table 7.4)</h2>')
-    parts += [_table_block(tables[f"per_subject_{m}"]) for m in PRIMARY_METRICS if f"per_subject_{m}" in tables]
+    parts += [table_block(tables[f"per_subject_{m}"]) for m in PRIMARY_METRICS if f"per_subject_{m}" in tables]
     parts.append('<h2 id="sessions">Per session (Table 7.5)</h2>')
-    parts += [_table_block(tables[f"per_session_{m}"]) for m in PRIMARY_METRICS if f"per_session_{m}" in tables]
+    parts += [table_block(tables[f"per_session_{m}"]) for m in PRIMARY_METRICS if f"per_session_{m}" in tables]
     parts.append('<h2 id="ranks">Rank sums (Tables 7.6 and 7.7)</h2>')
     if "rank_sums" in tables:
-        parts.append(_table_block(tables["rank_sums"]))
+        parts.append(table_block(tables["rank_sums"]))
 
     parts.append('<h2 id="plots">Plots</h2>')
     for name, png in plots.items():
-        parts.append(_figure(name, png, PLOT_CAPTIONS.get(name, name)))
-
-    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    parts.append(
-        f"<footer>Generated by fedcare report at {esc(generated)} from metrics.jsonl and run.json. "
-        "The same tables are in tables/ (CSV with raw fractions, Markdown), the plots in plots/.</footer>"
-    )
-    parts.append("</main></body></html>\n")
-    return "\n".join(parts)
+        parts.append(figure_block(name, png, PLOT_CAPTIONS.get(name, name)))
+    return render_page(page_title(run_info, run_dir_name), run_info.get("synthetic"), parts)

@@ -6,6 +6,9 @@ touched, so this is safe to call from any program or thread).
 - validation loss per round from the "round" records: one panel for the single phases
   (pre-training) and one per sequential phase group ("session-1", "session-2", ... laid out
   left to right, each phase as wide as its longest run), one line per method, mean over seeds.
+
+:func:`method_lines`, :func:`method_bars`, :func:`method_styles` and :func:`figure_png` are the
+study-independent pieces (also used by the FedHealth 2 report).
 """
 
 from __future__ import annotations
@@ -37,14 +40,16 @@ def method_styles(methods: list[str]) -> dict[str, dict[str, Any]]:
     return {m: {"color": cmap(i % cmap.N), "marker": MARKERS[i % len(MARKERS)]} for i, m in enumerate(methods)}
 
 
-def _png(fig: Figure) -> bytes:
+def figure_png(fig: Figure) -> bytes:
+    """A matplotlib Figure (made without pyplot) as PNG bytes at the report's DPI."""
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()
 
 
-def _legend(ax, n: int) -> None:
+def legend_right(ax, n: int) -> None:
+    """The legend outside the axes, top right (only if something was drawn)."""
     if n:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
@@ -61,46 +66,74 @@ def _positions(units: list) -> tuple[np.ndarray, list[str]]:
     return x, [unit_label(u) for u in units]
 
 
+def method_lines(
+    methods: list[str], units: list, values: Mapping[str, Mapping[Any, float]], *, xlabel: str, ylabel: str,
+    title: str, scale: float = 100.0, tick_every_unit: bool = True, markersize: float = 5,
+) -> bytes:
+    """One line per method over ``units`` (``values[method][unit]``, missing = gap), times
+    ``scale`` (fractions to percent). Numeric units are placed at their value; others evenly.
+    ``tick_every_unit`` labels every unit, otherwise matplotlib picks integer ticks."""
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    styles = method_styles(methods)
+    x, labels = _positions(units)
+    for method in methods:
+        y = np.asarray([values[method].get(u, math.nan) for u in units], dtype=float) * scale
+        ax.plot(x, y, label=method, linewidth=1.6, markersize=markersize, **styles[method])
+    if tick_every_unit:
+        ax.set_xticks(x, labels)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    legend_right(ax, len(methods))
+    return figure_png(fig)
+
+
+def method_bars(
+    methods: list[str], units: list, values: Mapping[str, Mapping[Any, float]], *, xlabel: str, ylabel: str,
+    title: str, scale: float = 100.0,
+) -> bytes:
+    """Grouped bars: per unit one bar per method (``values[method][unit]`` times ``scale``;
+    missing values are drawn as 0)."""
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    styles = method_styles(methods)
+    n = max(1, len(methods))
+    width = 0.8 / n
+    x = np.arange(len(units), dtype=float)
+    for i, method in enumerate(methods):
+        y = np.asarray([values[method].get(k, math.nan) for k in units], dtype=float) * scale
+        ax.bar(x - 0.4 + width * (i + 0.5), np.nan_to_num(y, nan=0.0), width, label=method,
+               color=styles[method]["color"])
+    ax.set_xticks(x, [unit_label(k) for k in units])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    legend_right(ax, len(methods))
+    return figure_png(fig)
+
+
 def plot_per_session(agg: RunAggregate, metric: str) -> bytes:
     """Seed-averaged per-session values of ``metric`` (percent), one line per method; sessions
     without positives are gaps."""
-    fig = Figure(figsize=WIDE, layout="constrained")
-    ax = fig.add_subplot()
-    styles = method_styles(agg.methods)
-    x, labels = _positions(agg.sessions)
-    for method in agg.methods:
-        y = np.asarray([agg.per_session[metric][method].get(s, math.nan) for s in agg.sessions], dtype=float) * 100
-        ax.plot(x, y, label=method, linewidth=1.6, markersize=5, **styles[method])
-    ax.set_xticks(x, labels)
-    ax.set_xlabel("test session")
-    ax.set_ylabel(f"{METRIC_LABELS[metric]} (%)")
-    ax.set_title(f"{METRIC_LABELS[metric]} per session (weighted over subjects with positives, mean over seeds)",
-                 fontsize=10)
-    ax.grid(True, alpha=0.3)
-    _legend(ax, len(agg.methods))
-    return _png(fig)
+    label = METRIC_LABELS[metric]
+    return method_lines(
+        agg.methods, agg.sessions, agg.per_session[metric], xlabel="test session", ylabel=f"{label} (%)",
+        title=f"{label} per session (weighted over subjects with positives, mean over seeds)",
+    )
 
 
 def plot_per_subject(agg: RunAggregate, metric: str) -> bytes:
     """Seed-averaged per-subject values of ``metric`` (percent) as grouped bars."""
-    fig = Figure(figsize=WIDE, layout="constrained")
-    ax = fig.add_subplot()
-    styles = method_styles(agg.methods)
-    n = max(1, len(agg.methods))
-    width = 0.8 / n
-    x = np.arange(len(agg.subjects), dtype=float)
-    for i, method in enumerate(agg.methods):
-        y = np.asarray([agg.per_subject[metric][method].get(k, math.nan) for k in agg.subjects], dtype=float) * 100
-        ax.bar(x - 0.4 + width * (i + 0.5), np.nan_to_num(y, nan=0.0), width, label=method,
-               color=styles[method]["color"])
-    ax.set_xticks(x, [unit_label(k) for k in agg.subjects])
-    ax.set_xlabel("test subject")
-    ax.set_ylabel(f"{METRIC_LABELS[metric]} (%)")
-    ax.set_title(f"{METRIC_LABELS[metric]} per test subject (weighted over sessions with positives, mean over seeds)",
-                 fontsize=10)
-    ax.grid(True, axis="y", alpha=0.3)
-    _legend(ax, len(agg.methods))
-    return _png(fig)
+    label = METRIC_LABELS[metric]
+    return method_bars(
+        agg.methods, agg.subjects, agg.per_subject[metric], xlabel="test subject", ylabel=f"{label} (%)",
+        title=f"{label} per test subject (weighted over sessions with positives, mean over seeds)",
+    )
 
 
 _SEQUENTIAL = re.compile(r"^(.*?)-(\d+)$")
@@ -147,7 +180,7 @@ def plot_val_loss(records: Iterable[Mapping[str, Any]], method_order: list[str] 
     fig = Figure(figsize=(12.0, 4.6), layout="constrained")
     if not panels:
         _empty(fig.add_subplot(), "no round records in metrics.jsonl")
-        return _png(fig)
+        return figure_png(fig)
     ratios = [1.0 if p == "single" else 3.0 for p in panels]
     axes = fig.subplots(1, len(panels), width_ratios=ratios, squeeze=False)[0]
     for ax, panel in zip(axes, panels):
@@ -196,8 +229,8 @@ def plot_val_loss(records: Iterable[Mapping[str, Any]], method_order: list[str] 
         if drawn and panel == "single":
             ax.legend(fontsize=7, frameon=False)
         elif drawn:
-            _legend(ax, drawn)
-    return _png(fig)
+            legend_right(ax, drawn)
+    return figure_png(fig)
 
 
 def build_plots(agg: RunAggregate, records: list[Mapping[str, Any]]) -> dict[str, bytes]:
@@ -208,4 +241,7 @@ def build_plots(agg: RunAggregate, records: list[Mapping[str, Any]]) -> dict[str
     return plots
 
 
-__all__ = ["build_plots", "method_styles", "plot_per_session", "plot_per_subject", "plot_val_loss"]
+__all__ = [
+    "build_plots", "figure_png", "legend_right", "method_bars", "method_lines", "method_styles", "plot_per_session",
+    "plot_per_subject", "plot_val_loss",
+]
