@@ -15,18 +15,27 @@ def _under(path: str, prefix: str) -> bool:
 @dataclass(frozen=True)
 class ParameterSplit:
     """A tensor is shared when its module lies under one of `shared_paths` ("" = the whole
-    model) and is not an instance of `private_types` (e.g. BatchNorm for FedBN).
+    model), not under one of `private_paths` (a personal head, e.g. "classifier") and is not an
+    instance of `private_types` (e.g. BatchNorm for FedBN).
     Parameters and buffers (BatchNorm running statistics) follow their module."""
 
     shared_paths: tuple[str, ...] = ("",)
     private_types: tuple[type[nn.Module], ...] = ()
+    private_paths: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if "" in self.private_paths:
+            raise ValueError("private_paths cannot contain '' (that is the whole model: use SHARE_NOTHING)")
+
+    def is_shared(self, path: str, module: nn.Module) -> bool:
+        return (
+            not isinstance(module, self.private_types)
+            and any(_under(path, p) for p in self.shared_paths)
+            and not any(_under(path, p) for p in self.private_paths)
+        )
 
     def shared_modules(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
-        return [
-            (path, module)
-            for path, module in model.named_modules()
-            if not isinstance(module, self.private_types) and any(_under(path, p) for p in self.shared_paths)
-        ]
+        return [(path, module) for path, module in model.named_modules() if self.is_shared(path, module)]
 
     def shared_keys(self, model: nn.Module) -> list[str]:
         keys = []
