@@ -77,3 +77,13 @@ def test_share_all_and_nothing_partition_the_state():
     model = tiny_model()
     assert set(SHARE_ALL.shared_keys(model)) == set(model.state_dict())
     assert SHARE_NOTHING.shared_keys(model) == []
+
+
+def test_private_paths_keep_a_head_on_the_client():
+    model = PainCNN(32)
+    split = ParameterSplit(private_paths=("classifier",))
+    assert set(split.shared_keys(model)) == {k for k in model.state_dict() if k.startswith("features.")}
+    assert set(split.private_keys(model)) == {k for k in model.state_dict() if k.startswith("classifier.")}
+    assert ParameterSplit(private_paths=("classifier.1",)).shared_keys(model).count("classifier.4.weight") == 1
+    with pytest.raises(ValueError, match="whole model"):
+        ParameterSplit(private_paths=("",))
