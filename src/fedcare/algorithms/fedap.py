@@ -31,11 +31,9 @@ from torch import nn
 
 from fedcare.algorithms.base import NUM_EXAMPLES, Algorithm, ClientHalf, ClientId, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
-from fedcare.algorithms.split import ParameterSplit
+from fedcare.algorithms.fedbn import BATCHNORM, FEDBN_SPLIT
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float
 
-BATCHNORM = nn.modules.batchnorm._BatchNorm
-FEDBN_SPLIT = ParameterSplit(("",), (BATCHNORM,))
 NO_DISTANCE_WEIGHT = 1e14  # the authors' code: w̃ for a zero distance
 
 

@@ -27,15 +27,22 @@ class ParameterSplit:
         if "" in self.private_paths:
             raise ValueError("private_paths cannot contain '' (that is the whole model: use SHARE_NOTHING)")
 
+    def in_private_path(self, path: str) -> bool:
+        return any(_under(path, p) for p in self.private_paths)
+
     def is_shared(self, path: str, module: nn.Module) -> bool:
         return (
             not isinstance(module, self.private_types)
             and any(_under(path, p) for p in self.shared_paths)
-            and not any(_under(path, p) for p in self.private_paths)
+            and not self.in_private_path(path)
         )
 
     def shared_modules(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
-        return [(path, module) for path, module in model.named_modules() if self.is_shared(path, module)]
+        modules = dict(model.named_modules())
+        missing = [p for p in self.private_paths if p not in modules]
+        if missing:  # a typo would otherwise share the head it meant to keep
+            raise ValueError(f"private paths {missing} are not modules of {type(model).__name__}")
+        return [(path, module) for path, module in modules.items() if self.is_shared(path, module)]
 
     def shared_keys(self, model: nn.Module) -> list[str]:
         keys = []
