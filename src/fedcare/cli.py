@@ -19,7 +19,7 @@ app = typer.Typer(help="fedcare: personalized, privacy-preserving federated lear
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
 
-DEMO_CONFIG = "pain/demo.toml"
+DEMO_CONFIGS = {"pain": "pain/demo.toml", "fedhealth2": "fedhealth2/demo.toml"}
 
 
 def packaged_config(name: str) -> Path:
@@ -39,10 +39,11 @@ def _progress() -> Progress:
 
 
 def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_partial: bool) -> Path:
-    from fedcare.config import ConfigError, load_config
+    from fedcare.config import ConfigError, FedHealth2Experiment, load_config
     from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
+    from fedcare.data.xray import XrayImageError, XrayLayoutError
     from fedcare.studies.pain.cohort import PainDataError
-    from fedcare.studies.pain.study import RunDirectoryExists, run_pain_experiment
+    from fedcare.studies.rundir import RunDirectoryExists
 
     try:
         config = load_config(config_path, overrides)
@@ -59,10 +60,14 @@ def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_part
                 tasks[key] = progress.add_task(description, total=total)
             progress.update(tasks[key], completed=done, total=total, description=description)
 
+        if isinstance(config, FedHealth2Experiment):
+            from fedcare.studies.fedhealth2.study import run_fedhealth2_experiment as runner
+        else:
+            from fedcare.studies.pain.study import run_pain_experiment as runner
         try:
-            return run_pain_experiment(config, out, config_file=str(config_path), progress=report,
-                                       keep_partial=keep_partial)
-        except (RunDirectoryExists, PainDataError, UnbcLayoutError, UnbcImageError, FileExistsError) as e:
+            return runner(config, out, config_file=str(config_path), progress=report, keep_partial=keep_partial)
+        except (RunDirectoryExists, PainDataError, UnbcLayoutError, UnbcImageError, XrayLayoutError, XrayImageError,
+                FileExistsError) as e:
             progress.stop()
             _fail(str(e))
 
@@ -87,14 +92,17 @@ def run(
 
 @app.command()
 def demo(
-    out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/demo-<time>).")] = None,
+    study: Annotated[str, typer.Argument(help="pain (default): the pain study; fedhealth2: FedHealth 2 on synthetic PAMAP2.")] = "pain",
+    out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/demo-<study>-<time>).")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override a key of the demo config (repeatable).")] = [],
 ) -> None:
-    """The pain study on a built-in synthetic cohort: RANDOM, BC, C(C), F(C), FP(C), FL(C) in minutes."""
+    """A complete study on built-in synthetic data in minutes (pain by default)."""
+    if study not in DEMO_CONFIGS:
+        _fail(f"unknown demo {study!r}: choose one of {', '.join(DEMO_CONFIGS)}")
     if out is None:
-        out = Path("runs") / f"demo-{datetime.now():%Y%m%d-%H%M%S}"
-    console.print("[bold]fedcare demo[/]: generating a synthetic pain cohort (UNBC layout) and running the study.")
-    _print_summary(_run(packaged_config(DEMO_CONFIG), set_, out, keep_partial=False))
+        out = Path("runs") / f"demo-{study}-{datetime.now():%Y%m%d-%H%M%S}"
+    console.print(f"[bold]fedcare demo {study}[/]: generating synthetic data and running the study.")
+    _print_summary(_run(packaged_config(DEMO_CONFIGS[study]), set_, out, keep_partial=False))
 
 
 @app.command()

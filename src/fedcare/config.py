@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from fedcare.data.unbc import THESIS_GROUP1, THESIS_GROUP2
 METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL)\((N|C|F)\))$")
@@ -101,6 +101,75 @@ class PainExperiment(Strict):
         return methods
 
 
+FEDHEALTH2_METHODS = ("local", "fedavg", "fedprox", "fedbn", "fedper", "fedap", "d-fedap", "f-fedap")
+
+
+class FedHealth2Synthetic(Strict):
+    """Generator options: PAMAP2 (`subjects`, `seconds_per_activity`) or X-ray (`scale`, `image_size`)."""
+
+    seed: int = 0
+    subjects: int = Field(9, ge=2)
+    seconds_per_activity: float = Field(30.0, gt=0)
+    scale: float = Field(0.05, gt=0)
+    image_size: int = Field(64, ge=16)
+
+
+class FedHealth2Data(Strict):
+    dataset: Literal["pamap2", "xray"]
+    root: Path | None = None  # a PAMAP2 or Sait et al. copy; relative to the config's folder
+    synthetic: FedHealth2Synthetic | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "FedHealth2Data":
+        if (self.root is None) == (self.synthetic is None):
+            raise ValueError("give exactly one of data.root or [data.synthetic]")
+        return self
+
+
+class FedHealth2Protocol(Strict):
+    clients: int = Field(20, ge=2)
+    dirichlet_alpha: float = Field(0.1, gt=0)  # [code] non_iid_alpha
+    test_fraction: float = Field(0.5, gt=0, lt=1)  # 50/50 per client (paper)
+    pretrain_fraction: float = Field(0.2, gt=0, lt=1)  # FedAP's pretrained model: a random 20% (paper)
+    window: int = Field(200, ge=8)  # PAMAP2: 2 s at 100 Hz (the HAR CNN's flatten size implies T = 200)
+    step: int = Field(100, ge=1)  # PAMAP2 window stride
+    image_size: int = Field(64, ge=63)  # X-ray input side (AlexNet needs >= 63)
+
+
+class FedHealth2Train(Strict):
+    lr: float = Field(1e-2, gt=0)
+    batch_size: int = Field(32, ge=2)
+    local_epochs: int = Field(1, ge=1)
+    rounds: int = Field(20, ge=1)
+    pretrain_epochs: int = Field(10, ge=1)
+    aggregation: Literal["examples", "uniform"] = "examples"
+    hidden: int = Field(4096, ge=8)  # AlexNet's FC width (X-ray)
+
+
+class FedHealth2Options(Strict):
+    fedprox_mu: float = Field(1e-3, ge=0)  # [code] mu = 1e-3
+    fedprox_squared: bool = True  # paper: (mu/2)||w - w_g||^2; the code used the unsquared norm
+    fedper_private: list[str] = Field(default_factory=lambda: ["classifier"])
+    fedap_lambda: float = Field(0.5, ge=0, le=1)  # [code] model_momentum
+    ffedap_warmup_rounds: int = Field(5, ge=1)  # FedBN rounds before f-FedAP's weights (paper: "several")
+
+
+class FedHealth2Experiment(Strict):
+    title: str = "fedcare FedHealth 2 study"
+    study: Literal["fedhealth2"]
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    methods: list[Literal[FEDHEALTH2_METHODS]] = Field(min_length=1)  # type: ignore[valid-type]
+    data: FedHealth2Data
+    protocol: FedHealth2Protocol = FedHealth2Protocol()
+    train: FedHealth2Train = FedHealth2Train()
+    options: FedHealth2Options = FedHealth2Options()
+    runtime: Runtime = Runtime()
+
+
+Experiment = Annotated[Union[PainExperiment, FedHealth2Experiment], Field(discriminator="study")]
+_EXPERIMENT = TypeAdapter(Experiment)
+
+
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
     """Apply `a.b.c=value` to the raw TOML dict; the value is read as TOML, else as a string."""
     if "=" not in assignment:
@@ -119,7 +188,7 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: Path | str, overrides: list[str] | None = None) -> PainExperiment:
+def load_config(path: Path | str, overrides: list[str] | None = None) -> PainExperiment | FedHealth2Experiment:
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -129,11 +198,12 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> PainExp
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     for assignment in overrides or []:
         apply_override(raw, assignment)
+    raw.setdefault("study", "pain")
     try:
-        config = PainExperiment.model_validate(raw)
-    except ValidationError as e:
+        config = _EXPERIMENT.validate_python(raw)
+    except ValidationError as e:  # locations start with the study tag ("pain."): drop it
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+            f"{'.'.join(str(p) for p in err['loc'][1:]) or '(top level)'}: {err['msg']}" for err in e.errors()
         )
         raise ConfigError(f"{path}: {problems}") from None
     root = config.data.root
@@ -142,7 +212,7 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> PainExp
     return config
 
 
-def to_toml(config: PainExperiment) -> str:
+def to_toml(config: BaseModel) -> str:
     """The resolved config as TOML (written into every run directory)."""
     return _toml_table(config.model_dump(mode="json", exclude_none=True), [])
 
