@@ -88,3 +88,13 @@ def test_demo_fedhealth2_from_the_cli(tmp_path):
 def test_unknown_demo_is_refused():
     result = CliRunner().invoke(app, ["demo", "nope"])
     assert result.exit_code == 2 and "unknown demo" in result.output
+
+
+@pytest.mark.parametrize("dataset", ["pamap2", "xray"])
+def test_missing_data_fails_naming_the_path_and_leaves_no_run(tmp_path, dataset):
+    config = tmp_path / "exp.toml"
+    config.write_text(f'study = "fedhealth2"\nmethods = ["fedbn"]\n[data]\ndataset = "{dataset}"\nroot = "nowhere"\n')
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(out)])
+    assert result.exit_code == 2 and "nowhere" in result.output and "Traceback" not in result.output
+    assert not out.exists() and not (tmp_path / "run.partial").exists()

@@ -40,6 +40,7 @@ def _progress() -> Progress:
 
 def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_partial: bool) -> Path:
     from fedcare.config import ConfigError, FedHealth2Experiment, load_config
+    from fedcare.data.pamap2 import Pamap2FormatError, Pamap2LayoutError
     from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
     from fedcare.data.xray import XrayImageError, XrayLayoutError
     from fedcare.studies.pain.cohort import PainDataError
@@ -67,7 +68,7 @@ def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_part
         try:
             return runner(config, out, config_file=str(config_path), progress=report, keep_partial=keep_partial)
         except (RunDirectoryExists, PainDataError, UnbcLayoutError, UnbcImageError, XrayLayoutError, XrayImageError,
-                FileExistsError) as e:
+                Pamap2LayoutError, Pamap2FormatError, FileExistsError) as e:
             progress.stop()
             _fail(str(e))
 
