@@ -45,10 +45,10 @@ import torch
 from torch import nn
 
 from fedcare.algorithms.base import EXTRA, Algorithm, ClientHalf, ClientId, ServerHalf
-from fedcare.algorithms.fedprox import train_with_penalty, trainable_pairs
+from fedcare.algorithms.fedprox import trainable_pairs
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
-from fedcare.algorithms.training import ClientData, Randomness, TrainSettings
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, train_epochs
 
 DEFAULT_ALPHA = 1e-2  # surgical thesis: μ = 1e-2 for FedProx and FedDyn
 GRADIENT = EXTRA + "feddyn.grad/"  # state key prefix of g_k, followed by the parameter name
@@ -97,7 +97,7 @@ class FedDynClient(ClientHalf):
             return (alpha / 2) * proximal - linear
 
         s = self.settings
-        loss = train_with_penalty(
+        loss = train_epochs(
             model, model.parameters(), data, epochs=s.local_epochs, lr=s.lr, batch_size=s.batch_size,
             generator=rng.torch("fit-order"), penalty=penalty,
         )

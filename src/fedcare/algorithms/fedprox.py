@@ -28,7 +28,7 @@ Choices where the papers are silent or the code differs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -36,54 +36,9 @@ from torch import nn
 from fedcare.algorithms.base import Algorithm, ClientHalf, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
-from fedcare.algorithms.training import (
-    ClientData,
-    Randomness,
-    TrainSettings,
-    as_float,
-    task_loss,
-)
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, train_epochs
 
 DEFAULT_MU = 1e-2  # surgical thesis §4.1.4 (FedHealth 2 code: 1e-3)
-
-
-def train_with_penalty(
-    model: nn.Module,
-    params: Iterable[nn.Parameter],
-    data: ClientData,
-    *,
-    epochs: int,
-    lr: float,
-    batch_size: int,
-    generator: torch.Generator,
-    penalty: Callable[[], torch.Tensor | None] | None = None,
-) -> float:
-    """`training.train_epochs` with an extra loss term: plain SGD on task_loss + penalty().
-
-    Same batch semantics as `train_epochs` (a randperm per epoch from `generator`, batches of
-    fewer than two examples skipped). `penalty` is called once per batch on the current
-    weights; it may return None (no term on this batch). With `penalty=None` the arithmetic is
-    `train_epochs`'s exactly. Returns the mean *task* loss of the last epoch."""
-    optimizer = torch.optim.SGD(list(params), lr=lr)
-    n = len(data)
-    last_loss = float("nan")
-    for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
-        total, count = 0.0, 0
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
-            if len(idx) < 2:
-                continue
-            optimizer.zero_grad(set_to_none=True)
-            loss = task_loss(model(as_float(data.x[idx])), data.y[idx])
-            extra = penalty() if penalty is not None else None
-            objective = loss if extra is None else loss + extra
-            objective.backward()
-            optimizer.step()
-            total += loss.item() * len(idx)
-            count += len(idx)
-        last_loss = total / max(count, 1)
-    return last_loss
 
 
 def trainable_pairs(model: nn.Module, reference: Mapping[str, torch.Tensor]) -> list[tuple[nn.Parameter, torch.Tensor]]:
@@ -129,7 +84,7 @@ class FedProxClient(ClientHalf):
             pairs = trainable_pairs(model, message.tensors)
             penalty = lambda: proximal_term(pairs, self.mu, self.squared)
         s = self.settings
-        loss = train_with_penalty(
+        loss = train_epochs(
             model, model.parameters(), data, epochs=s.local_epochs, lr=s.lr, batch_size=s.batch_size,
             generator=rng.torch("fit-order"), penalty=penalty,
         )

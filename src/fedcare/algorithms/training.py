@@ -78,10 +78,13 @@ def train_epochs(
     batch_size: int,
     generator: torch.Generator,
     batch_transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    penalty: Callable[[], torch.Tensor | None] | None = None,
 ) -> float:
     """Vanilla SGD (no momentum: the thesis avoids optimizer state that goes stale after
-    averaging) on `task_loss`; returns the mean training loss of the last epoch.
-    `batch_transform` (e.g. FedDG's amplitude augmentation) maps each float batch before use.
+    averaging) on `task_loss`; returns the mean task loss of the last epoch.
+    `batch_transform` (e.g. FedDG's amplitude augmentation) maps each float batch before use;
+    `penalty` (FedProx's proximal term, FedDyn's regulariser) is called once per batch on the
+    current weights and added to the objective (None: no term on this batch).
     A trailing batch of one example is skipped: BatchNorm cannot train on it."""
     optimizer = torch.optim.SGD(list(params), lr=lr)
     n = len(data)
@@ -98,7 +101,8 @@ def train_epochs(
             if batch_transform is not None:
                 x = batch_transform(x, generator)
             loss = task_loss(model(x), data.y[idx])
-            loss.backward()
+            extra = penalty() if penalty is not None else None
+            (loss if extra is None else loss + extra).backward()
             optimizer.step()
             total += loss.item() * len(idx)
             count += len(idx)
