@@ -75,13 +75,13 @@ def weighted_mean_sd(values: Iterable[float], weights: Iterable[float]) -> tuple
     return mean, float(v.std(ddof=0))
 
 
-def _nanmean(values: Iterable[float]) -> float:
+def nanmean(values: Iterable[float]) -> float:
     v = np.asarray(list(values), dtype=np.float64)
     v = v[~np.isnan(v)]
     return float(v.mean()) if v.size else math.nan
 
 
-def _nanstd(values: Iterable[float]) -> float:
+def nanstd(values: Iterable[float]) -> float:
     v = np.asarray(list(values), dtype=np.float64)
     v = v[~np.isnan(v)]
     return float(v.std(ddof=0)) if v.size else math.nan
@@ -266,8 +266,8 @@ def aggregate_seed(records: Sequence[ClientTestRecord], metrics: Sequence[str] =
             s: weighted_mean_sd([r.values[m] for r in kept if r.session == s], [r.n for r in kept if r.session == s])[0]
             for s in sessions
         }
-        out.subject_sd[m] = _nanstd(out.per_subject[m].values())
-        out.session_sd[m] = _nanstd(out.per_session[m].values())
+        out.subject_sd[m] = nanstd(out.per_subject[m].values())
+        out.session_sd[m] = nanstd(out.per_session[m].values())
     return out
 
 
@@ -349,16 +349,16 @@ def aggregate(
         summary[method] = MethodSummary(
             method=method,
             seeds=seeds,
-            mean={m: _nanmean(a.overall[m] for a in aggs) for m in metrics},
-            sd={m: _nanmean(a.subject_sd[m] for a in aggs) for m in metrics},
-            session_sd={m: _nanmean(a.session_sd[m] for a in aggs) for m in metrics},
-            seed_sd={m: _nanstd(a.overall[m] for a in aggs) for m in metrics},
+            mean={m: nanmean(a.overall[m] for a in aggs) for m in metrics},
+            sd={m: nanmean(a.subject_sd[m] for a in aggs) for m in metrics},
+            session_sd={m: nanmean(a.session_sd[m] for a in aggs) for m in metrics},
+            seed_sd={m: nanstd(a.overall[m] for a in aggs) for m in metrics},
             records=sum(a.records for a in aggs),
             masked_out=len(mine) - sum(a.records for a in aggs),
         )
         for m in metrics:
-            per_subject[m][method] = {k: _nanmean(a.per_subject[m].get(k, math.nan) for a in aggs) for k in subjects}
-            per_session[m][method] = {s: _nanmean(a.per_session[m].get(s, math.nan) for a in aggs) for s in sessions}
+            per_subject[m][method] = {k: nanmean(a.per_subject[m].get(k, math.nan) for a in aggs) for k in subjects}
+            per_session[m][method] = {s: nanmean(a.per_session[m].get(s, math.nan) for a in aggs) for s in sessions}
     return RunAggregate(
         methods=methods, subjects=subjects, sessions=sessions, summary=summary,
         per_subject=per_subject, per_session=per_session, per_seed=per_seed, metrics=tuple(metrics),

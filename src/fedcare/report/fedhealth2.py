@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from fedcare.evaluation.statistics import Unit, read_records, sort_units, weighted_mean_sd
+from fedcare.evaluation.statistics import Unit, nanmean, nanstd, read_records, sort_units, weighted_mean_sd
 from fedcare.report.html import facts_table, figure_block, nav_html, notes_html, page_title, render_page, table_block
 from fedcare.report.plots import method_bars, method_lines
 from fedcare.report.tables import (
@@ -114,18 +114,6 @@ def load_client_evals(records: Iterable[Mapping[str, Any]], source: str = METRIC
 
 
 # -- aggregation ------------------------------------------------------------------------
-def _nanmean(values: Iterable[float]) -> float:
-    v = np.asarray(list(values), dtype=np.float64)
-    v = v[~np.isnan(v)]
-    return float(v.mean()) if v.size else math.nan
-
-
-def _nanstd(values: Iterable[float]) -> float:
-    v = np.asarray(list(values), dtype=np.float64)
-    v = v[~np.isnan(v)]
-    return float(v.std(ddof=0)) if v.size else math.nan
-
-
 @dataclass
 class SeedAccuracy:
     """The final-round numbers of one (method, seed)."""
@@ -233,13 +221,13 @@ def aggregate_fedhealth2(
         numeric = sum(sum(not math.isnan(v) for v in a.per_client.values()) for a in aggs)
         summary[method] = MethodAccuracy(
             method=method, seeds=seeds, final_rounds=[a.final_round for a in aggs],
-            mean=_nanmean(a.mean for a in aggs), sd=_nanmean(a.sd for a in aggs),
-            weighted=_nanmean(a.weighted for a in aggs), worst=_nanmean(a.worst for a in aggs),
-            best=_nanmean(a.best for a in aggs), seed_sd=_nanstd(a.mean for a in aggs),
+            mean=nanmean(a.mean for a in aggs), sd=nanmean(a.sd for a in aggs),
+            weighted=nanmean(a.weighted for a in aggs), worst=nanmean(a.worst for a in aggs),
+            best=nanmean(a.best for a in aggs), seed_sd=nanstd(a.mean for a in aggs),
             clients=numeric, skipped=sum(len(a.per_client) for a in aggs) - numeric,
         )
-        per_client[method] = {c: _nanmean(a.per_client.get(c, math.nan) for a in aggs) for c in clients}
-        per_round[method] = {r: _nanmean(a.per_round.get(r, math.nan) for a in aggs) for r in rounds}
+        per_client[method] = {c: nanmean(a.per_client.get(c, math.nan) for a in aggs) for c in clients}
+        per_round[method] = {r: nanmean(a.per_round.get(r, math.nan) for a in aggs) for r in rounds}
     return FedHealth2Aggregate(
         methods=methods, clients=clients, rounds=rounds, summary=summary, per_client=per_client,
         per_round=per_round, per_seed=per_seed, evaluations=len(evals),
