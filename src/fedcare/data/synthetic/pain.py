@@ -40,8 +40,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
-import shutil
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,6 +49,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 from fedcare.data.unbc import SYNTHETIC_MARKER, THESIS_GROUP1, THESIS_GROUP2
 
 GENERATOR = "fedcare.data.synthetic.pain"
@@ -933,12 +932,7 @@ def generate_pain_cohort(
             or min_frames_per_sequence < 1:
         raise ValueError(f"min_frames_per_sequence must be an integer >= 1, got {min_frames_per_sequence!r}")
     seed, image_size, min_frames_per_sequence = int(seed), int(image_size), int(min_frames_per_sequence)
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or any(out.iterdir()):
-            if not overwrite:
-                raise FileExistsError(f"{out}: exists and is not empty (pass overwrite=True to replace it)")
-            if not out.is_dir():
-                raise FileExistsError(f"{out}: exists and is not a directory; not replacing it")
+    check_output_dir(out, overwrite)
 
     plans = _plan(subj, seed, float(frame_scale), min_frames_per_sequence, bool(quirks))
     total = sum(p.frames for p in plans)
@@ -952,40 +946,26 @@ def generate_pain_cohort(
             if progress is not None:
                 progress(done, total)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_sibling(out, "tmp")
     pspi_counts: dict[int, int] = {}
-    pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="fedcare-synth")
+    with atomic_directory(out, overwrite) as tmp:
+        pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="fedcare-synth")
 
-    def submit(fn: Callable[..., int], *args) -> None:
-        pending.append(pool.submit(fn, *args))
-        collect(block=False)
+        def submit(fn: Callable[..., int], *args) -> None:
+            pending.append(pool.submit(fn, *args))
+            collect(block=False)
 
-    try:
-        if progress is not None:
-            progress(0, total)
-        for plan in plans:
-            _generate_subject(tmp, plan, seed, image_size, submit, pspi_counts)
-        collect(block=True)
-        pool.shutdown(wait=True)
+        try:
+            if progress is not None:
+                progress(0, total)
+            for plan in plans:
+                _generate_subject(tmp, plan, seed, image_size, submit, pspi_counts)
+            collect(block=True)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # no writer may still touch tmp
         options = {"subjects": subj, "frame_scale": float(frame_scale), "image_size": image_size,
                    "min_frames_per_sequence": min_frames_per_sequence, "quirks": bool(quirks)}
         marker = {"generator": GENERATOR, "seed": seed, "options": options, "note": NOTE}
         _write(tmp / MARKER_FILE, json.dumps(marker, indent=2, sort_keys=True) + "\n")
-        if out.exists() or out.is_symlink():
-            if out.is_dir() and not any(out.iterdir()):
-                out.rmdir()
-            else:  # overwrite=True (checked above): move the old tree aside, then delete it
-                trash = _fresh_sibling(out, "old")
-                os.replace(out, trash / "old")
-                os.replace(tmp, out)
-                shutil.rmtree(trash, ignore_errors=True)
-        if tmp.exists():
-            os.replace(tmp, out)
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)  # no writer may still touch tmp
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     pain_frames = sum(n for p, n in pspi_counts.items() if p >= 1)
     return {
         "root": str(out),
@@ -997,13 +977,3 @@ def generate_pain_cohort(
     }
 
 
-def _fresh_sibling(out: Path, tag: str) -> Path:
-    """Create and return a new hidden directory next to `out` (normal permissions)."""
-    for _ in range(100):
-        path = out.parent / f".{out.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:  # pragma: no cover - astronomically unlikely
-            continue
-    raise FileExistsError(f"{out.parent}: cannot create a temporary directory next to {out.name}")  # pragma: no cover
