@@ -13,7 +13,8 @@ from fedcare.config import PainExperiment, load_config
 from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
 from fedcare.studies.pain.cohort import PainDataError
-from fedcare.studies.pain.study import RunDirectoryExists, run_pain_experiment
+from fedcare.studies.pain.study import run_pain_experiment
+from fedcare.studies.rundir import RunDirectoryExists
 
 GOLDEN = Path(__file__).parent / "golden" / "pain_small.json"
 SUBJECTS = [42, 43, 80, 92]

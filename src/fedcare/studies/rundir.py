@@ -15,6 +15,8 @@ from typing import IO
 
 from fedcare import __version__
 
+SYNTHETIC_DIR = "synthetic-data"  # where a config's [data.synthetic] is generated inside the run
+
 # progress(task description, units done, units total)
 Progress = Callable[[str, int, int], None]
 

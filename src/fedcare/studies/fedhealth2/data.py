@@ -13,9 +13,7 @@ from torch import nn
 from fedcare.config import FedHealth2Experiment
 from fedcare.data.xray import CLASSES, load_xray, read_xray
 from fedcare.models.alexnet_bn import AlexNetBN
-from fedcare.studies.rundir import Progress
-
-SYNTHETIC_DIR = "synthetic-data"
+from fedcare.studies.rundir import SYNTHETIC_DIR, Progress
 
 
 @dataclass

@@ -21,21 +21,20 @@ from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.data.unbc import load_unbc
 from fedcare.evaluation.metrics import binary_metrics
 from fedcare.models.pain_cnn import PainCNN, glorot_init
-from fedcare.runtime.simulation import Federation, PhaseResult
 from fedcare.report import build_report
+from fedcare.runtime.simulation import Federation, PhaseResult
 from fedcare.seeding import numpy_rng, torch_generator
 from fedcare.studies.pain.cohort import PainCohort, PainDataError, balance, build_cohort, pretraining_sets
 from fedcare.studies.pain.methods import Method, make_algorithm
-from fedcare.studies.rundir import (  # noqa: F401  (RunDirectoryExists is part of this module's API)
+from fedcare.studies.rundir import (
+    SYNTHETIC_DIR,
     Progress,
-    RunDirectoryExists,
     now,
     partial_run_directory,
     records_writer,
     write_run_info,
 )
 
-SYNTHETIC_DIR = "synthetic-data"
 # Problems that make a frame unusable: a label without its image, an image without its label.
 FATAL_PROBLEMS = {"missing_pspi", "bad_pspi", "label_without_image"}
 
