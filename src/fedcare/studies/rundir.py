@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
+import torch
+
 from fedcare import __version__
 
 SYNTHETIC_DIR = "synthetic-data"  # where a config's [data.synthetic] is generated inside the run
@@ -56,6 +58,14 @@ def records_writer(path: Path) -> Iterator[Callable[[dict], None]]:
         yield write
     finally:
         handle.close()
+
+
+def start_run(run_dir: Path, config, config_toml: str) -> str:
+    """What every study does first: its thread count, the resolved config on disk; returns the start time."""
+    if config.runtime.threads:
+        torch.set_num_threads(config.runtime.threads)
+    (run_dir / "config.toml").write_text(config_toml)
+    return now()
 
 
 def now() -> str:

@@ -31,7 +31,7 @@ from fedcare.report import build_report
 from fedcare.runtime.simulation import Federation
 from fedcare.seeding import derive_seed, numpy_rng
 from fedcare.studies.fedhealth2.data import load_fedhealth2_data
-from fedcare.studies.rundir import Progress, now, partial_run_directory, records_writer, write_run_info
+from fedcare.studies.rundir import Progress, partial_run_directory, records_writer, start_run, write_run_info
 
 
 def make_algorithm(method: str, config: FedHealth2Experiment) -> Algorithm:
@@ -135,10 +135,7 @@ def run_fedhealth2_experiment(
     keep_partial: bool = False,
 ) -> Path:
     with partial_run_directory(out, keep_partial) as partial:
-        if config.runtime.threads:
-            torch.set_num_threads(config.runtime.threads)
-        started = now()
-        (partial / "config.toml").write_text(to_toml(config))
+        started = start_run(partial, config, to_toml(config))
         data = load_fedhealth2_data(config, partial, progress)
         with records_writer(partial / "metrics.jsonl") as write:
             study = FedHealth2Study(config, data.x, data.y, data.model_fn, write, progress)

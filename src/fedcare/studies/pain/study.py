@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
 
 from fedcare.algorithms import fedavg
 from fedcare.algorithms.training import ClientData, TrainSettings
@@ -29,7 +28,7 @@ from fedcare.studies.pain.methods import Method, make_algorithm
 from fedcare.studies.rundir import (
     SYNTHETIC_DIR,
     Progress,
-    now,
+    start_run,
     partial_run_directory,
     records_writer,
     write_run_info,
@@ -201,10 +200,7 @@ def run_pain_experiment(
 ) -> Path:
     """Run the study into `out` and build its report (see `partial_run_directory`)."""
     with partial_run_directory(out, keep_partial) as partial:
-        if config.runtime.threads:
-            torch.set_num_threads(config.runtime.threads)
-        started = now()
-        (partial / "config.toml").write_text(to_toml(config))
+        started = start_run(partial, config, to_toml(config))
         cohort = load_pain_data(config, partial, progress)
         with records_writer(partial / "metrics.jsonl") as write:
             study = PainStudy(config, cohort, write, progress)
