@@ -401,7 +401,7 @@ def test_runs_in_the_simulator_deterministically(make):
             assert math.isfinite(info["train_loss"])
         finals.append(fed.global_message.tensors)
         snap = fed.snapshot()
-        assert snap[2] is not fed.server and getattr(snap[2], "step", None) == getattr(fed.server, "step", None)
+        assert snap[1] is not fed.server and getattr(snap[1], "step", None) == getattr(fed.server, "step", None)
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
     assert all(torch.isfinite(v.double()).all() for v in finals[0].values())
     assert (finals[0]["features.1.running_var"] > 0).all()

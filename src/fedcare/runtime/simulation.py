@@ -1,9 +1,5 @@
-"""The in-process simulator: one working model, the server half, and every client's state.
-
-Clients train one after another on the single working model (no per-client model copies, the
-memory trap of PFLlib#130): before a client runs, its model is assembled from the global
-message and its private state; afterwards its new private state is read back out.
-"""
+"""A federation's server side, run in this process: the simulator's loop (and, with
+`FlowerClients`, the ServerApp's). Clients are in `fedcare.runtime.clients`."""
 
 from __future__ import annotations
 
@@ -15,9 +11,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fedcare.algorithms.base import TRAIN_LOSS, Algorithm, ClientId
-from fedcare.algorithms.messages import ClientState, Message, clone_state
-from fedcare.algorithms.training import ClientData, Randomness, predict
+from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientId
+from fedcare.algorithms.messages import ClientState, Message
+from fedcare.algorithms.training import ClientData, predict
+from fedcare.runtime.clients import Clients, DataRef, LocalClients
 from fedcare.seeding import numpy_rng
 
 POOLED = "pooled"
@@ -32,7 +29,15 @@ class PhaseResult:
 
 
 class Federation:
-    def __init__(self, model: nn.Module, algorithm: Algorithm, seed: int, *, client_fraction: float = 1.0):
+    """The server side of a federation: sampling, the server half, snapshots for early
+    stopping. Its clients (`clients`) run in this process by default (`LocalClients`), or at
+    their sites on Flower (`fedcare.runtime.flower.FlowerClients`): the same code either way.
+
+    `train`, `val` and `data` arguments map each client to a data reference (see
+    `fedcare.runtime.clients`): the data itself for in-process clients."""
+
+    def __init__(self, model: nn.Module, algorithm: Algorithm, seed: int, *, client_fraction: float = 1.0,
+                 clients: Clients | None = None):
         if not 0 < client_fraction <= 1:
             raise ValueError(f"client_fraction must be in (0, 1], got {client_fraction}")
         self.model = model
@@ -41,14 +46,24 @@ class Federation:
         self.client_fraction = client_fraction
         self.server = algorithm.server  # its state (optimizer moments, FedAP weights) is snapshotted too
         self.global_message = self.server.initial_message(model)
-        self._initial_state = algorithm.client.init_state(model)
-        self.states: dict[ClientId, ClientState] = {}
+        self.clients: Clients = clients if clients is not None else LocalClients(model, algorithm.client, seed)
+
+    # -- in-process conveniences (tests, the untrained baselines) ------------------------
+    @property
+    def states(self) -> dict[ClientId, ClientState]:
+        return self.clients.states
 
     def state_of(self, client: ClientId) -> ClientState:
-        if client not in self.states:
-            self.states[client] = clone_state(self._initial_state)
-        return self.states[client]
+        return self.clients.runner(client).state
 
+    def personal_model(self, client: ClientId) -> nn.Module:
+        """The model this client would actually use: shared parts + its own private parts."""
+        return self.algorithm.client.load(self.model, self.message_for(client), self.state_of(client))
+
+    def predict(self, client: ClientId, data: ClientData) -> tuple[torch.Tensor, float]:
+        return predict(self.personal_model(client), data)
+
+    # -- the protocol ------------------------------------------------------------------
     def sample(self, phase: str, rnd: int, clients: list[ClientId]) -> list[ClientId]:
         """Clients for this round: all by default, else a fraction drawn from its own generator."""
         ordered = sorted(clients)
@@ -61,66 +76,55 @@ class Federation:
     def message_for(self, client: ClientId) -> Message:
         return self.server.message_for(client, self.global_message)
 
-    def run_setup(self, phase: str, data: Mapping[ClientId, ClientData]) -> None:
+    def work(self, data: Mapping[ClientId, DataRef]) -> dict[ClientId, tuple[Message, DataRef]]:
+        return {cid: (self.message_for(cid), data[cid]) for cid in sorted(data)}
+
+    def run_setup(self, phase: str, data: Mapping[ClientId, DataRef]) -> None:
         """The algorithm's one-off setup exchange (a round 0), for the clients holding `data`."""
-        client = self.algorithm.client
-        replies = {}
-        for cid in sorted(data):
-            rng = Randomness(self.seed, phase, cid, 0)
-            reply = client.setup(self.model, self.message_for(cid), self.state_of(cid), data[cid], rng)
-            if reply is not None:
-                replies[cid] = reply
+        replies = self.clients.setup(phase, self.work(data))
         answers = self.server.setup(replies) if replies else None
-        for cid, answer in sorted((answers or {}).items()):
-            self.states[cid] = client.receive_setup(answer, self.state_of(cid))
+        if answers:
+            self.clients.receive_setup(answers)
 
-    def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, ClientData]) -> dict:
-        client = self.algorithm.client
+    def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, DataRef]) -> dict:
         participants = self.sample(phase, rnd, list(train))
-        replies: dict[ClientId, Message] = {}
-        for cid in participants:
-            rng = Randomness(self.seed, phase, cid, rnd)
-            replies[cid], self.states[cid] = client.fit(self.model, self.message_for(cid), self.state_of(cid), train[cid], rng)
+        replies = self.clients.fit(phase, rnd, self.work({c: train[c] for c in participants}))
         self.global_message = self.server.aggregate(self.global_message, replies)
-        for cid in participants:
-            rng = Randomness(self.seed, phase, cid, rnd)
-            self.states[cid] = client.after_aggregation(self.model, self.message_for(cid), self.states[cid], train[cid], rng)
-        n = sum(len(train[c]) for c in participants)
-        loss = sum(replies[c].scalars[TRAIN_LOSS] * len(train[c]) for c in participants) / max(n, 1)
-        return {"train_loss": loss, "clients": len(participants), "n_train": n}
+        answered = sorted(replies)  # on Flower a site may have dropped out
+        self.clients.after_aggregation(phase, rnd, self.work({c: train[c] for c in answered}))
+        sizes = {c: replies[c].scalars[NUM_EXAMPLES] for c in answered}
+        n = sum(sizes.values())
+        loss = sum(replies[c].scalars[TRAIN_LOSS] * sizes[c] for c in answered) / max(n, 1)
+        return {"train_loss": loss, "clients": len(answered), "n_train": int(n)}
 
-    def personal_model(self, client: ClientId) -> nn.Module:
-        """The model this client would actually use: shared parts + its own private parts."""
-        return self.algorithm.client.load(self.model, self.message_for(client), self.state_of(client))
+    def evaluate(self, data: Mapping[ClientId, DataRef], metrics: str) -> dict[ClientId, dict]:
+        """Each client's personal model on its own data; the client computes `metrics` itself."""
+        return self.clients.evaluate(self.work(data), metrics)
 
-    def predict(self, client: ClientId, data: ClientData) -> tuple[torch.Tensor, float]:
-        return predict(self.personal_model(client), data)
-
-    def validation_loss(self, val: Mapping[ClientId, ClientData]) -> tuple[float, int]:
+    def validation_loss(self, val: Mapping[ClientId, DataRef]) -> tuple[float, int]:
         """Example-weighted mean validation loss over the clients that hold validation data."""
         total, n = 0.0, 0
-        for cid in sorted(val):
-            if len(val[cid]):
-                _, loss = self.predict(cid, val[cid])
-                total += loss * len(val[cid])
-                n += len(val[cid])
+        for cid, m in sorted(self.evaluate(val, "loss").items()):
+            if m["n"]:
+                total += m["loss"] * m["n"]
+                n += m["n"]
         return (total / n if n else float("nan")), n
 
     def snapshot(self) -> tuple:
-        states = {c: clone_state(s) for c, s in self.states.items()}
-        return self.global_message.clone(), states, copy.deepcopy(self.server)
+        self.clients.snapshot()
+        return self.global_message.clone(), copy.deepcopy(self.server)
 
     def restore(self, snap: tuple) -> None:
-        message, states, server = snap
+        message, server = snap
         self.global_message = message.clone()
-        self.states = {c: clone_state(s) for c, s in states.items()}
+        self.clients.restore()
         self.server = copy.deepcopy(server)
 
     def train_phase(
         self,
         phase: str,
-        train: Mapping[ClientId, ClientData],
-        val: Mapping[ClientId, ClientData],
+        train: Mapping[ClientId, DataRef],
+        val: Mapping[ClientId, DataRef],
         *,
         max_rounds: int,
         patience: int,
@@ -130,7 +134,7 @@ class Federation:
         then restore the best round's global message and every client's best private state.
         Centralized algorithms see one participant holding all the training data."""
         if self.algorithm.pooled:
-            train = {POOLED: ClientData.concat(train[c] for c in sorted(train))} if train else {}
+            train = {POOLED: self.clients.pooled(train)} if train else {}
         result = PhaseResult(rounds=0, best_round=0, best_val_loss=math.inf)
         best = None
         for rnd in range(1, max_rounds + 1):
