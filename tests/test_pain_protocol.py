@@ -7,7 +7,7 @@ import torch
 from fedcare.config import PainExperiment
 from fedcare.runtime.simulation import Federation, PhaseResult
 from fedcare.studies.pain.cohort import PainCohort, PainDataError, Session, balance, pretraining_sets
-from fedcare.studies.pain.study import PainStudy
+from fedcare.studies.pain.study import LocalRuntime, PainStudy
 
 
 def _session(value: int, labels: list[int], size: int = 16) -> Session:
@@ -65,12 +65,18 @@ def test_pretraining_set_needs_both_classes():
 
 
 class _Recorder:
+    """Stands in for `Federation.train_phase`: records which sessions each subject's data
+    references resolve to at its site."""
+
     def __init__(self):
         self.phases = []
+        self.runtime = None
+
+    def sessions(self, refs):
+        return {k: set(self.runtime.sites[k].data(ref).x.unique().tolist()) for k, ref in refs.items()}
 
     def __call__(self, phase, train, val, **kwargs):  # patched onto the class: not bound
-        self.phases.append((phase, {k: set(d.x.unique().tolist()) for k, d in train.items()},
-                            {k: set(d.x.unique().tolist()) for k, d in val.items()}))
+        self.phases.append((phase, self.sessions(train), self.sessions(val)))
         return PhaseResult(rounds=1, best_round=1, best_val_loss=0.0)
 
 
@@ -86,7 +92,8 @@ def test_session_s_is_tested_then_validates_training_on_the_sessions_before_it(m
     records = []
     recorder = _Recorder()
     monkeypatch.setattr(Federation, "train_phase", recorder)
-    study = PainStudy(config, cohort, records.append, None)
+    recorder.runtime = LocalRuntime(config, cohort)
+    study = PainStudy(config, recorder.runtime, records.append, None)
     study.run()
     assert study.test_sessions == [1, 2, 3]
     # after testing session s, train on sessions <= s-1 and validate on session s; nothing after the last

@@ -118,6 +118,47 @@ def balance(sessions: list[Session], upto: int, per_class: int, rng: np.random.G
     return ClientData(torch.from_numpy(images[sel][:, None]), torch.from_numpy(labels[sel].astype(np.float32)))
 
 
+class PainSite:
+    """One subject's sessions as the site holding them sees them. The study addresses the data
+    by reference, so the same protocol code runs in process and on Flower, where a site's
+    frames never leave it:
+
+    - "train/<seed>/<upto>": the balanced training set of sessions 0..upto (`balance`);
+    - "session/<s>": every frame of session s in its 4 variants (validation and test).
+    """
+
+    def __init__(self, subject: int, sessions: list[Session], per_class: int):
+        self.subject = subject
+        self.sessions = sessions
+        self.per_class = per_class
+        self._session_data: dict[int, ClientData] = {}
+
+    def summary(self) -> dict:
+        """What the protocol needs to know about a site, and no more: how many sessions it
+        has, which hold frames, and up to which session a balanced training set exists."""
+        has_frames = [len(s.labels) > 0 for s in self.sessions]
+        pos = np.cumsum([s.positives for s in self.sessions])
+        neg = np.cumsum([len(s.labels) - s.positives for s in self.sessions])
+        return {"sessions": len(self.sessions), "has_frames": has_frames,
+                "trainable": [bool(p > 0 and q > 0) for p, q in zip(pos, neg)]}
+
+    def data(self, ref: str) -> ClientData:
+        kind, _, rest = ref.partition("/")
+        if kind == "session":
+            s = int(rest)
+            if s not in self._session_data:
+                self._session_data[s] = self.sessions[s].as_client_data()
+            return self._session_data[s]
+        if kind == "train":
+            seed, upto = (int(x) for x in rest.split("/"))
+            last = min(upto, len(self.sessions) - 1)
+            data = balance(self.sessions, last, self.per_class, numpy_rng(seed, "balance", self.subject, last))
+            if data is None:
+                raise PainDataError(f"subject {self.subject}: no balanced training set up to session {last}")
+            return data
+        raise ValueError(f"unknown pain data reference {ref!r}")
+
+
 def pretraining_sets(
     cohort: PainCohort, subjects: Iterable[int], val_fraction: float, rng: np.random.Generator
 ) -> tuple[dict[int, ClientData], dict[int, ClientData]]:

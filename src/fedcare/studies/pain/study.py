@@ -13,17 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-from fedcare.algorithms import fedavg
-from fedcare.algorithms.training import ClientData, TrainSettings
+from fedcare.algorithms.training import ClientData
 from fedcare.config import PainExperiment, to_toml
 from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.data.unbc import load_unbc
-from fedcare.evaluation.metrics import binary_metrics
 from fedcare.models.pain_cnn import PainCNN, glorot_init
 from fedcare.report import build_report
+from fedcare.runtime.clients import LocalClients
 from fedcare.runtime.simulation import Federation, PhaseResult
 from fedcare.seeding import numpy_rng, torch_generator
-from fedcare.studies.pain.cohort import PainCohort, PainDataError, balance, build_cohort, pretraining_sets
+from fedcare.studies.pain.cohort import PainCohort, PainDataError, PainSite, build_cohort, pretraining_sets
 from fedcare.studies.pain.methods import Method, make_algorithm
 from fedcare.studies.rundir import (
     SYNTHETIC_DIR,
@@ -38,43 +37,68 @@ from fedcare.studies.rundir import (
 FATAL_PROBLEMS = {"missing_pspi", "bad_pspi", "label_without_image"}
 
 
-class PainStudy:
-    def __init__(self, config: PainExperiment, cohort: PainCohort, write: Callable[[dict], None], progress: Progress | None):
+class LocalRuntime:
+    """The pain study's clients in this process: every subject's site built from one cohort.
+    (On Flower, `fedcare.runtime.flower.study` provides the same two methods, with each
+    subject's data at its own site.)"""
+
+    def __init__(self, config: PainExperiment, cohort: PainCohort):
         self.config = config
         self.cohort = cohort
+        per_class = config.protocol.balance_per_class
+        self.sites = {k: PainSite(k, cohort.sessions[k], per_class) for k in config.protocol.subjects}
+
+    def summaries(self) -> dict[int, dict]:
+        return {k: site.summary() for k, site in self.sites.items()}
+
+    def federation(self, model: PainCNN, algorithm: str, seed: int, client_fraction: float = 1.0) -> Federation:
+        algo = make_algorithm(algorithm, self.config)
+        clients = LocalClients(model, algo.client, seed, resolve=lambda k, ref: self.sites[k].data(ref))
+        return Federation(model, algo, seed, client_fraction=client_fraction, clients=clients)
+
+    def pretraining_sets(self, seed: int) -> tuple[dict[int, ClientData], dict[int, ClientData]]:
+        p = self.config.protocol
+        return pretraining_sets(self.cohort, p.pretrain_subjects, p.pretrain_val_fraction, numpy_rng(seed, "pretrain-split"))
+
+
+class PainStudy:
+    """The protocol, as the server runs it: it sees each subject's `PainSite.summary()` and
+    addresses data by reference; the runtime's clients hold the frames."""
+
+    def __init__(self, config: PainExperiment, runtime, write: Callable[[dict], None], progress: Progress | None):
+        self.config = config
+        self.runtime = runtime
+        self.summaries = runtime.summaries()
         self.write = write
         self.progress = progress or (lambda *_: None)
         subjects = config.protocol.subjects
-        present = max(len(cohort.sessions[k]) for k in subjects) - 1
+        present = max(self.summaries[k]["sessions"] for k in subjects) - 1
         self.last_session = min(present, config.protocol.last_session or present)
         self.test_sessions = list(range(1, self.last_session + 1))
-        self._test_data: dict[tuple[int, int], ClientData] = {}
         self.units_total = 0
         self.units_done = 0
 
-    # -- data -------------------------------------------------------------------------
-    def session_data(self, subject: int, session: int) -> ClientData | None:
-        sessions = self.cohort.sessions[subject]
-        if session >= len(sessions) or len(sessions[session].labels) == 0:
-            return None
-        key = (subject, session)
-        if key not in self._test_data:
-            self._test_data[key] = sessions[session].as_client_data()
-        return self._test_data[key]
-
-    def training_sets(self, seed: int, upto: int) -> dict[int, ClientData]:
-        sets = {}
+    # -- data references --------------------------------------------------------------
+    def session_refs(self, session: int) -> dict[int, str]:
+        """Subjects with frames in `session`, each with the reference to them."""
+        refs = {}
         for k in self.config.protocol.subjects:
-            sessions = self.cohort.sessions[k]
-            last = min(upto, len(sessions) - 1)
-            data = balance(sessions, last, self.config.protocol.balance_per_class, numpy_rng(seed, "balance", k, last))
-            if data is not None:
-                sets[k] = data
-        return sets
+            summary = self.summaries[k]
+            if session < summary["sessions"] and summary["has_frames"][session]:
+                refs[k] = f"session/{session}"
+        return refs
+
+    def training_sets(self, seed: int, upto: int) -> dict[int, str]:
+        refs = {}
+        for k in self.config.protocol.subjects:
+            summary = self.summaries[k]
+            if summary["trainable"][min(upto, summary["sessions"] - 1)]:
+                refs[k] = f"train/{seed}/{upto}"
+        return refs
 
     # -- models -----------------------------------------------------------------------
     def new_model(self, state: dict | None = None, seed: int = 0) -> PainCNN:
-        model = PainCNN(self.cohort.image_size)
+        model = PainCNN(self.config.protocol.image_size)
         if state is None:
             glorot_init(model, torch_generator(seed, "init"))
         else:
@@ -84,11 +108,10 @@ class PainStudy:
     def pretrain(self, seed: int, kind: str, init_state: dict) -> dict:
         """kind 'C' (centralized) or 'F' (FedAvg) on the pretraining subjects, early-stopped
         on their held-out frames; returns the best model's state dict."""
-        p, t = self.config.protocol, self.config.train
-        train, val = pretraining_sets(self.cohort, p.pretrain_subjects, p.pretrain_val_fraction, numpy_rng(seed, "pretrain-split"))
-        algorithm = make_algorithm("centralized" if kind == "C" else "fedavg", self.config)
-        model = self.new_model(init_state)
-        federation = Federation(model, algorithm, seed, client_fraction=t.client_fraction)
+        t = self.config.train
+        train, val = self.runtime.pretraining_sets(seed)
+        algorithm = "centralized" if kind == "C" else "fedavg"
+        federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction)
         phase = f"pretrain-{'central' if kind == 'C' else 'federated'}"
         label = f"pretrain {kind}"
         result = federation.train_phase(
@@ -114,34 +137,26 @@ class PainStudy:
         self.progress(description, self.units_done, self.units_total)
 
     def test(self, federation: Federation, method: str, seed: int, session: int) -> None:
-        for k in self.config.protocol.subjects:
-            data = self.session_data(k, session)
-            if data is None:
-                continue
-            scores, loss = federation.predict(k, data)
-            metrics = binary_metrics(data.y.numpy(), scores.numpy())
-            self.write({
-                "type": "test", "study": "pain", "method": method, "seed": seed, "session": session,
-                "client": k, "loss": loss, **metrics,
-            })
+        """Each subject's personal model on its session `session`; the metrics are computed at the site."""
+        for k, metrics in sorted(federation.evaluate(self.session_refs(session), "binary").items()):
+            self.write({"type": "test", "study": "pain", "method": method, "seed": seed, "session": session,
+                        "client": k, **metrics})
 
     # -- the protocol -----------------------------------------------------------------
     def run_method(self, method: Method, seed: int, init_state: dict) -> None:
         t = self.config.train
-        settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs)
         if method.algorithm is None:  # RANDOM / BC / BF: evaluated as they are, every client alike
-            federation = Federation(self.new_model(init_state), fedavg(settings), seed)
+            federation = self.runtime.federation(self.new_model(init_state), "fedavg", seed)
             for s in self.test_sessions:
                 self.test(federation, method.label, seed, s)
                 self._advance(f"seed {seed}: {method.label} session {s}")
             return
-        federation = Federation(self.new_model(init_state), make_algorithm(method.algorithm, self.config), seed,
-                                client_fraction=t.client_fraction)
+        federation = self.runtime.federation(self.new_model(init_state), method.algorithm, seed, t.client_fraction)
         for s in self.test_sessions:
             self.test(federation, method.label, seed, s)
             if s < self.last_session:
                 train = self.training_sets(seed, s - 1)
-                val = {k: d for k in self.config.protocol.subjects if (d := self.session_data(k, s)) is not None}
+                val = self.session_refs(s)
                 phase = f"session-{s}"
                 result = federation.train_phase(
                     phase, train, val, max_rounds=t.max_rounds, patience=t.patience,
@@ -203,7 +218,7 @@ def run_pain_experiment(
         started = start_run(partial, config, to_toml(config))
         cohort = load_pain_data(config, partial, progress)
         with records_writer(partial / "metrics.jsonl") as write:
-            study = PainStudy(config, cohort, write, progress)
+            study = PainStudy(config, LocalRuntime(config, cohort), write, progress)
             t0 = time.perf_counter()
             study.run()
             seconds = time.perf_counter() - t0
