@@ -77,6 +77,25 @@ class Runtime(Strict):
     threads: int | None = Field(None, ge=1)  # torch CPU threads; default: torch's choice
 
 
+class Deployment(Strict):
+    """How the experiment runs across sites on Flower (ignored by the in-process simulator)."""
+
+    # site name (a SuperNode's --node-config site="...") -> the client it is (pain: subject id);
+    # empty: a site's name is its client id, e.g. site="43"
+    sites: dict[str, int] = Field(default_factory=dict)
+    min_sites: int = Field(1, ge=1)  # an exchange goes ahead when at least this many sites answered
+    round_timeout: float = Field(600.0, gt=0)  # seconds to wait for the sites' replies to one exchange
+    connect_timeout: float = Field(300.0, gt=0)  # seconds to wait for every site at the start
+
+    @field_validator("sites")
+    @classmethod
+    def _distinct(cls, sites: dict[str, int]) -> dict[str, int]:
+        clients = list(sites.values())
+        if len(set(clients)) != len(clients):
+            raise ValueError("two sites are mapped to the same client")
+        return sites
+
+
 class PainExperiment(Strict):
     title: str = "fedcare pain study"
     study: Literal["pain"] = "pain"
@@ -87,6 +106,7 @@ class PainExperiment(Strict):
     train: Train = Train()
     pfdl: PFDLOptions = PFDLOptions()
     runtime: Runtime = Runtime()
+    deployment: Deployment = Deployment()
 
     @field_validator("methods")
     @classmethod
@@ -164,6 +184,7 @@ class FedHealth2Experiment(Strict):
     train: FedHealth2Train = FedHealth2Train()
     options: FedHealth2Options = FedHealth2Options()
     runtime: Runtime = Runtime()
+    deployment: Deployment = Deployment()
 
 
 Experiment = Annotated[Union[PainExperiment, FedHealth2Experiment], Field(discriminator="study")]
@@ -191,9 +212,18 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
 def load_config(path: Path | str, overrides: list[str] | None = None) -> PainExperiment | FedHealth2Experiment:
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    return parse_config(text, path, overrides)
+
+
+def parse_config(text: str, path: Path | str, overrides: list[str] | None = None) -> PainExperiment | FedHealth2Experiment:
+    """Validate an experiment given as TOML text; `path` names it in errors and anchors
+    relative data paths."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     for assignment in overrides or []:

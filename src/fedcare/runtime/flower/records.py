@@ -1,4 +1,5 @@
-"""Conversion between fedcare's `Message` / `ClientState` and Flower 1.41 records.
+"""Conversion between fedcare's `Message` / `ClientState` / client operations and Flower
+1.41 records.
 
 A fedcare `Message` becomes a `RecordDict` with an `ArrayRecord` "tensors" and a
 `MetricRecord` "scalars"; a client's private state becomes an `ArrayRecord` kept in
@@ -9,13 +10,25 @@ survive exactly too. Tensor order is kept: `ArrayRecord` preserves insertion ord
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from fedcare.algorithms.messages import ClientState, Message
+from fedcare.runtime.clients import (
+    AfterAggregation,
+    Evaluate,
+    Fit,
+    Operation,
+    ReceiveSetup,
+    Restore,
+    Setup,
+    Snapshot,
+)
 
 TENSORS = "tensors"
 SCALARS = "scalars"
@@ -58,3 +71,84 @@ def load_state(context_state: RecordDict) -> ClientState | None:
     if STATE not in context_state.array_records:
         return None
     return record_to_tensors(context_state.array_records[STATE])
+
+
+# ------------------------------------------------------------------- operations on the wire
+
+
+@dataclass(frozen=True)
+class Begin:
+    """Start a federation at a site: the algorithm (by the study's name for it), the run seed
+    and the full initial model, from which the client takes its first private state.
+    `reset`: start afresh even if the site already holds this federation's state."""
+
+    algorithm: str
+    seed: int
+    model: Message
+    reset: bool = False
+
+
+_OP_NAMES = {Fit: "fit", AfterAggregation: "after_aggregation", Setup: "setup", ReceiveSetup: "receive_setup",
+             Evaluate: "evaluate", Snapshot: "snapshot", Restore: "restore", Begin: "begin"}
+_OP_TYPES = {v: k for k, v in _OP_NAMES.items()}
+OPS = "fedcare-ops"
+RESULTS = "fedcare-results"
+
+
+def encode_ops(ops: list[tuple[str, Operation | Begin]]) -> RecordDict:
+    """(federation, operation) pairs as one RecordDict. A message that several operations
+    carry (after-aggregation and evaluate share the new global model) travels once."""
+    content = RecordDict()
+    keys: dict[int, str] = {}
+    described = []
+    for namespace, op in ops:
+        d = {"op": _OP_NAMES[type(op)], "ns": namespace}
+        for field, value in vars(op).items():
+            if isinstance(value, Message):
+                if id(value) not in keys:
+                    keys[id(value)] = key = f"m{len(keys)}"
+                    content[key] = tensors_to_record(value.tensors)
+                    content[key + ".scalars"] = MetricRecord({k: float(v) for k, v in value.scalars.items()})
+                d[field] = {"message": keys[id(value)]}
+            else:
+                d[field] = value
+        described.append(d)
+    content[OPS] = ConfigRecord({"json": json.dumps(described)})
+    return content
+
+
+def _message(content: RecordDict, key: str) -> Message:
+    scalars = content.metric_records[key + ".scalars"]
+    return Message(record_to_tensors(content.array_records[key]), {k: float(v) for k, v in scalars.items()})
+
+
+def decode_ops(content: RecordDict) -> list[tuple[str, Operation | Begin]]:
+    ops = []
+    for d in json.loads(str(content.config_records[OPS]["json"])):
+        kind, namespace = _OP_TYPES[d.pop("op")], d.pop("ns")
+        fields = {k: _message(content, v["message"]) if isinstance(v, dict) and "message" in v else v for k, v in d.items()}
+        ops.append((namespace, kind(**fields)))
+    return ops
+
+
+def encode_results(results: list[Message | dict | None]) -> RecordDict:
+    """One result per operation: a Message (fit, setup), a metrics dict (evaluate) or None.
+    Metrics travel as JSON: Python writes floats so that they read back bit for bit (NaN too)."""
+    content = RecordDict()
+    described = []
+    for i, r in enumerate(results):
+        if isinstance(r, Message):
+            content[f"r{i}"] = tensors_to_record(r.tensors)
+            content[f"r{i}.scalars"] = MetricRecord({k: float(v) for k, v in r.scalars.items()})
+            described.append({"message": f"r{i}"})
+        else:
+            described.append({"metrics": r})
+    content[RESULTS] = ConfigRecord({"json": json.dumps(described)})
+    return content
+
+
+def decode_results(content: RecordDict) -> list[Message | dict | None]:
+    out = []
+    for d in json.loads(str(content.config_records[RESULTS]["json"])):
+        out.append(_message(content, d["message"]) if "message" in d else d["metrics"])
+    return out

@@ -51,7 +51,8 @@ class LocalRuntime:
     def summaries(self) -> dict[int, dict]:
         return {k: site.summary() for k, site in self.sites.items()}
 
-    def federation(self, model: PainCNN, algorithm: str, seed: int, client_fraction: float = 1.0) -> Federation:
+    def federation(self, model: PainCNN, algorithm: str, seed: int, client_fraction: float = 1.0,
+                   label: dict | None = None) -> Federation:
         algo = make_algorithm(algorithm, self.config)
         clients = LocalClients(model, algo.client, seed, resolve=lambda k, ref: self.sites[k].data(ref))
         return Federation(model, algo, seed, client_fraction=client_fraction, clients=clients)
@@ -71,18 +72,21 @@ class PainStudy:
         self.summaries = runtime.summaries()
         self.write = write
         self.progress = progress or (lambda *_: None)
-        subjects = config.protocol.subjects
-        present = max(self.summaries[k]["sessions"] for k in subjects) - 1
+        present = max(self.summaries[k]["sessions"] for k in self.subjects()) - 1
         self.last_session = min(present, config.protocol.last_session or present)
         self.test_sessions = list(range(1, self.last_session + 1))
         self.units_total = 0
         self.units_done = 0
 
     # -- data references --------------------------------------------------------------
+    def subjects(self) -> list[int]:
+        """The protocol's subjects whose site has joined (on Flower a site may be missing)."""
+        return [k for k in self.config.protocol.subjects if k in self.summaries]
+
     def session_refs(self, session: int) -> dict[int, str]:
         """Subjects with frames in `session`, each with the reference to them."""
         refs = {}
-        for k in self.config.protocol.subjects:
+        for k in self.subjects():
             summary = self.summaries[k]
             if session < summary["sessions"] and summary["has_frames"][session]:
                 refs[k] = f"session/{session}"
@@ -90,7 +94,7 @@ class PainStudy:
 
     def training_sets(self, seed: int, upto: int) -> dict[int, str]:
         refs = {}
-        for k in self.config.protocol.subjects:
+        for k in self.subjects():
             summary = self.summaries[k]
             if summary["trainable"][min(upto, summary["sessions"] - 1)]:
                 refs[k] = f"train/{seed}/{upto}"
@@ -111,7 +115,8 @@ class PainStudy:
         t = self.config.train
         train, val = self.runtime.pretraining_sets(seed)
         algorithm = "centralized" if kind == "C" else "fedavg"
-        federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction)
+        federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction,
+                                             label={"method": label, "seed": seed})
         phase = f"pretrain-{'central' if kind == 'C' else 'federated'}"
         label = f"pretrain {kind}"
         result = federation.train_phase(
@@ -146,12 +151,14 @@ class PainStudy:
     def run_method(self, method: Method, seed: int, init_state: dict) -> None:
         t = self.config.train
         if method.algorithm is None:  # RANDOM / BC / BF: evaluated as they are, every client alike
-            federation = self.runtime.federation(self.new_model(init_state), "fedavg", seed)
+            federation = self.runtime.federation(self.new_model(init_state), "fedavg", seed,
+                                                 label={"method": method.label, "seed": seed})
             for s in self.test_sessions:
                 self.test(federation, method.label, seed, s)
                 self._advance(f"seed {seed}: {method.label} session {s}")
             return
-        federation = self.runtime.federation(self.new_model(init_state), method.algorithm, seed, t.client_fraction)
+        federation = self.runtime.federation(self.new_model(init_state), method.algorithm, seed, t.client_fraction,
+                                             label={"method": method.label, "seed": seed})
         for s in self.test_sessions:
             self.test(federation, method.label, seed, s)
             if s < self.last_session:
@@ -192,7 +199,12 @@ def load_pain_data(config: PainExperiment, workdir: Path, progress: Progress | N
     else:
         root = data.root
     protocol = config.protocol
-    subjects = sorted(set(protocol.subjects) | set(protocol.pretrain_subjects))
+    return read_cohort(config, root, sorted(set(protocol.subjects) | set(protocol.pretrain_subjects)), progress)
+
+
+def read_cohort(config: PainExperiment, root: Path, subjects: list[int], progress: Progress | None = None) -> PainCohort:
+    """Read and preprocess `subjects` of the UNBC-McMaster copy at `root`; fails naming the
+    files that cannot be used."""
     dataset = load_unbc(root, subjects=subjects)
     fatal = [p for p in dataset.problems if p.kind in FATAL_PROBLEMS]
     if fatal:
@@ -202,6 +214,7 @@ def load_pain_data(config: PainExperiment, workdir: Path, progress: Progress | N
             f"{root}: {len(fatal)} frame(s) cannot be used:\n{listed}{more}\n"
             f"(`fedcare data summary unbc {root}` lists every problem)"
         )
+    protocol, data = config.protocol, config.data
     return build_cohort(
         dataset, subjects, image_size=protocol.image_size, crop_ratio=protocol.crop_ratio,
         pspi_threshold=data.pspi_threshold, drop_black_frames=data.drop_black_frames, augment_seed=data.augment_seed,
@@ -211,24 +224,33 @@ def load_pain_data(config: PainExperiment, workdir: Path, progress: Progress | N
 
 def run_pain_experiment(
     config: PainExperiment, out: Path, *, config_file: str = "", progress: Progress | None = None,
-    keep_partial: bool = False,
+    keep_partial: bool = False, runtime_factory: Callable | None = None,
 ) -> Path:
-    """Run the study into `out` and build its report (see `partial_run_directory`)."""
+    """Run the study into `out` and build its report (see `partial_run_directory`).
+    `runtime_factory(write)` gives the runtime whose clients hold the data (Flower's, with
+    `write` for its records); default: every subject in this process."""
     with partial_run_directory(out, keep_partial) as partial:
         started = start_run(partial, config, to_toml(config))
-        cohort = load_pain_data(config, partial, progress)
         with records_writer(partial / "metrics.jsonl") as write:
-            study = PainStudy(config, LocalRuntime(config, cohort), write, progress)
+            if runtime_factory is None:
+                cohort = load_pain_data(config, partial, progress)
+                runtime = LocalRuntime(config, cohort)
+                synthetic, facts = cohort.synthetic, {}
+            else:
+                runtime = runtime_factory(write)
+                synthetic, facts = runtime.synthetic, runtime.facts()
+            study = PainStudy(config, runtime, write, progress)
             t0 = time.perf_counter()
             study.run()
             seconds = time.perf_counter() - t0
+            facts = runtime.facts() if runtime_factory is not None else facts
         notes = []
-        if cohort.synthetic:
+        if synthetic:
             notes.append("Data: a synthetic cohort in the UNBC-McMaster layout generated by fedcare, not real patients.")
         write_run_info(
-            partial, out, study="pain", title=config.title, synthetic=cohort.synthetic, config_file=config_file,
+            partial, out, study="pain", title=config.title, synthetic=synthetic, config_file=config_file,
             seeds=config.seeds, methods=config.methods, started=started, training_seconds=round(seconds, 2),
-            subjects=config.protocol.subjects, test_sessions=study.test_sessions, notes=notes,
+            subjects=study.subjects(), test_sessions=study.test_sessions, notes=notes, **facts,
         )
         build_report(partial)
     return Path(out)

@@ -1,0 +1,243 @@
+"""The ServerApp's side of a Flower run: which Flower node is which site (`SiteLink`), and the
+`Clients` runtime that carries a federation's client operations to the sites (`FlowerClients`).
+
+- Flower's node ids are random: a site says which client it is in a greeting (a QUERY
+  message carrying the experiment), answered with its client id and the summary the
+  protocol needs. A node that appears later (a restarted SuperNode) is greeted the same way
+  and takes its site's place: the site rejoins.
+- Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
+  sleeps 3 s between polls; a site that does not answer within `round_timeout`, or that the
+  SuperLink reports unavailable, has missed that operation: the exchange goes on with the
+  sites that answered (at least `min_sites`), and the miss is recorded for the report.
+- Operations that need no answer (after-aggregation, snapshot, restore, taking a setup
+  answer) wait in a per-site queue and travel with the next message to that site: one
+  message exchange per fit and per evaluation, the rest rides along. Each site runs its
+  operations in order, so the numbers are those of the in-process simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid
+from torch import nn
+
+from fedcare.algorithms.base import ClientId
+from fedcare.algorithms.messages import Message as FedMessage
+from fedcare.algorithms.training import ClientData
+from fedcare.runtime.clients import (
+    AfterAggregation,
+    DataRef,
+    Evaluate,
+    Fit,
+    ReceiveSetup,
+    Restore,
+    Setup,
+    Snapshot,
+    Work,
+)
+from fedcare.runtime.flower.records import Begin, decode_results, encode_ops
+
+HELLO = "fedcare-hello"
+# A node that crashed or left: the SuperLink answers for it with one of these.
+UNAVAILABLE = {ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.MESSAGE_UNAVAILABLE,
+               ErrorCode.CLIENT_APP_CRASHED}
+
+
+class FlowerRunError(RuntimeError):
+    """The federation cannot go on: a site failed, too few sites answered, or the sites do
+    not match the experiment. The message names the sites."""
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    min_sites: int = 1  # an exchange goes ahead when at least this many sites answered
+    round_timeout: float = 600.0  # seconds to wait for the sites' replies to one exchange
+    connect_timeout: float = 300.0  # seconds to wait for every site at the start
+    poll_interval: float = 0.05  # seconds between two looks for replies
+
+
+class SiteLink:
+    def __init__(self, grid: Grid, hello: Mapping[str, Any], settings: LinkSettings,
+                 on_missed: Callable[[dict], None] | None = None):
+        self.grid = grid
+        self.hello = dict(hello)  # what every site is greeted with (the experiment, as TOML text)
+        self.settings = settings
+        self.on_missed = on_missed
+        self.node_of: dict[ClientId, int] = {}
+        self.site_of: dict[ClientId, str] = {}
+        self.summaries: dict[ClientId, dict] = {}
+        self.synthetic: dict[ClientId, bool] = {}
+        self.joins: dict[ClientId, int] = {}  # how often each client has (re)joined
+        self.missed: list[dict] = []
+        self._greeted: set[int] = set()
+
+    # -- who is who --------------------------------------------------------------------
+    def greet_new_nodes(self) -> None:
+        new = sorted(set(self.grid.get_node_ids()) - self._greeted)
+        if not new:
+            return
+        content = RecordDict({HELLO: ConfigRecord({k: v for k, v in self.hello.items()})})
+        messages = [Message(content, dst_node_id=n, message_type=MessageType.QUERY) for n in new]
+        replies = self._collect(messages, self.settings.connect_timeout)
+        self._greeted.update(new)
+        for node, reply in replies.items():
+            if reply.has_error():
+                if reply.error.code in UNAVAILABLE:
+                    continue
+                raise FlowerRunError(f"a site refused the experiment: {reply.error.reason.strip()}")
+            answer = json.loads(str(reply.content.config_records[HELLO]["json"]))
+            cid, site = answer["client"], answer["site"]
+            if cid in self.node_of and self.node_of[cid] != node and self.site_of[cid] != site:
+                raise FlowerRunError(f"sites {self.site_of[cid]!r} and {site!r} both claim client {cid!r}")
+            self.node_of[cid], self.site_of[cid] = node, site
+            self.summaries[cid] = answer["summary"]
+            self.synthetic[cid] = answer["synthetic"]
+            self.joins[cid] = self.joins.get(cid, 0) + 1
+
+    def connect(self, expected: list[ClientId]) -> None:
+        """Wait until every expected client's site has joined; after `connect_timeout` go on
+        with at least `min_sites` of them, else fail naming the missing ones."""
+        deadline = time.monotonic() + self.settings.connect_timeout
+        while True:
+            self.greet_new_nodes()
+            missing = [c for c in expected if c not in self.node_of]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                joined = len(expected) - len(missing)
+                if joined >= self.settings.min_sites:
+                    for c in missing:
+                        self._miss(c, {"operation": "start"})
+                    return
+                raise FlowerRunError(
+                    f"only {joined} of {len(expected)} sites joined within {self.settings.connect_timeout:.0f} s "
+                    f"(min_sites = {self.settings.min_sites}); missing clients: {missing}")
+            time.sleep(max(self.settings.poll_interval, 0.2))
+
+    def site_name(self, cid: ClientId) -> str:
+        return self.site_of.get(cid, str(cid))
+
+    # -- exchanges ---------------------------------------------------------------------
+    def _collect(self, messages: list[Message], timeout: float) -> dict[int, Message]:
+        """Push the messages, poll for replies until each has one or `timeout` passes; keyed
+        by node id (a node gets at most one message per exchange)."""
+        ids = dict(zip(self.grid.push_messages(messages), (m.metadata.dst_node_id for m in messages)))
+        replies: dict[int, Message] = {}
+        deadline = time.monotonic() + timeout
+        while ids and time.monotonic() < deadline:
+            for reply in self.grid.pull_messages(list(ids)):
+                replies[ids.pop(reply.metadata.reply_to_message_id)] = reply
+            if ids:
+                time.sleep(self.settings.poll_interval)
+        return replies
+
+    def exchange(self, ops: Mapping[ClientId, list], what: Mapping[str, Any]) -> dict[ClientId, list]:
+        """Send each client its operations; returns each answering client's results. Clients
+        that do not answer are recorded as missed (`what` says what they missed)."""
+        self.greet_new_nodes()
+        wanted = sorted(ops)
+        reachable = [c for c in wanted if c in self.node_of]
+        messages = [Message(encode_ops(ops[c]), dst_node_id=self.node_of[c], message_type=MessageType.TRAIN)
+                    for c in reachable]
+        by_node = self._collect(messages, self.settings.round_timeout) if messages else {}
+        results: dict[ClientId, list] = {}
+        for c in wanted:
+            reply = by_node.get(self.node_of.get(c, -1)) if c in reachable else None
+            if reply is None:
+                self._miss(c, what)
+            elif reply.has_error():
+                if reply.error.code not in UNAVAILABLE:
+                    raise FlowerRunError(f"site {self.site_name(c)!r} failed: {reply.error.reason.strip()}")
+                self.node_of.pop(c, None)  # gone: do not wait for it again until it rejoins
+                self._miss(c, what)
+            else:
+                results[c] = decode_results(reply.content)
+        needed = min(self.settings.min_sites, len(wanted))
+        if len(results) < needed:
+            raise FlowerRunError(
+                f"{what}: only {len(results)} of {len(wanted)} sites answered (min_sites = {self.settings.min_sites}); "
+                f"missing: {[self.site_name(c) for c in wanted if c not in results]}")
+        return results
+
+    def _miss(self, cid: ClientId, what: Mapping[str, Any]) -> None:
+        record = {"type": "missed", "site": self.site_name(cid), "client": cid, **what}
+        self.missed.append(record)
+        if self.on_missed is not None:
+            self.on_missed(record)
+
+
+class FlowerClients:
+    """One federation's clients at their sites (see the module docstring)."""
+
+    def __init__(self, link: SiteLink, namespace: str, algorithm: str, seed: int, model: nn.Module,
+                 label: Mapping[str, Any] | None = None):
+        self.link = link
+        self.namespace = namespace
+        self.algorithm = algorithm
+        self.seed = seed
+        self.initial = FedMessage({k: v.detach().clone() for k, v in model.state_dict().items()})
+        self.label = dict(label or {})
+        self.ready: dict[ClientId, int] = {}  # client -> its join count when it began this federation
+        self.reset: set[ClientId] = set()
+        self.pending: dict[ClientId, list] = {}
+        self.in_snapshot: set[ClientId] = set()
+
+    def _ops(self, cid: ClientId, new: list) -> list:
+        ops = []
+        joins = self.link.joins.get(cid, 0)
+        if self.ready.get(cid) != joins:  # first contact, or the site rejoined: (re)start it
+            ops.append(Begin(self.algorithm, self.seed, self.initial, reset=cid in self.reset))
+            self.reset.discard(cid)
+            self.ready[cid] = joins
+        ops += self.pending.pop(cid, [])
+        return [(self.namespace, op) for op in ops + new]
+
+    def _exchange(self, new_ops: Mapping[ClientId, list], what: Mapping[str, Any]) -> dict[ClientId, Any]:
+        ops = {c: self._ops(c, new_ops[c]) for c in sorted(new_ops)}
+        results = self.link.exchange(ops, {**self.label, **what})
+        return {c: r[-1] for c, r in results.items()}  # the last operation's result is the asked-for one
+
+    def fit(self, phase: str, rnd: int, work: Work) -> dict[ClientId, FedMessage]:
+        return self._exchange({c: [Fit(phase, rnd, m, d)] for c, (m, d) in work.items()},
+                              {"operation": "fit", "phase": phase, "round": rnd})
+
+    def after_aggregation(self, phase: str, rnd: int, work: Work) -> None:
+        for c, (m, d) in work.items():
+            self.pending.setdefault(c, []).append(AfterAggregation(phase, rnd, m, d))
+
+    def setup(self, phase: str, work: Work) -> dict[ClientId, FedMessage]:
+        replies = self._exchange({c: [Setup(phase, m, d)] for c, (m, d) in work.items()},
+                                 {"operation": "setup", "phase": phase})
+        return {c: r for c, r in replies.items() if r is not None}
+
+    def receive_setup(self, answers: Mapping[ClientId, FedMessage]) -> None:
+        for c, m in answers.items():
+            self.pending.setdefault(c, []).append(ReceiveSetup(m))
+
+    def evaluate(self, work: Work, metrics: str) -> dict[ClientId, dict]:
+        return self._exchange({c: [Evaluate(m, d, metrics)] for c, (m, d) in work.items()},
+                              {"operation": f"evaluate {metrics}", "data": sorted({str(d) for _, d in work.values()})})
+
+    def snapshot(self) -> None:
+        for c in self.ready:
+            self.pending.setdefault(c, []).append(Snapshot())
+        self.in_snapshot = set(self.ready)
+
+    def restore(self) -> None:
+        for c in list(self.ready):
+            if c in self.in_snapshot:
+                self.pending.setdefault(c, []).append(Restore())
+            else:  # began after the snapshot: starts afresh, as in process
+                del self.ready[c]
+                self.pending.pop(c, None)
+                self.reset.add(c)
+
+    def pooled(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
+        raise FlowerRunError("centralized training pools every site's data: it cannot run across sites")

@@ -1,0 +1,157 @@
+"""A site's side of a Flower run: the client operations of `fedcare.runtime.clients`, run on
+the site's own data, with the client's private state kept in `Context.state` and, because
+`Context.state` lives only in the SuperNode's memory, in a state file after every message.
+
+A `StudySite` is what a study gives a site: its client id, its data by reference, its model
+and algorithms by name. `SiteNode` holds one federation's client state at a time (beginning
+the next federation drops the last: studies run their federations one after another).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from flwr.app import ConfigRecord, RecordDict
+from torch import nn
+
+from fedcare.algorithms.base import Algorithm, ClientId
+from fedcare.algorithms.messages import ClientState
+from fedcare.algorithms.split import load_tensors
+from fedcare.algorithms.training import ClientData
+from fedcare.runtime.clients import ClientRunner
+from fedcare.runtime.flower.records import Begin, record_to_tensors, tensors_to_record
+
+SITE_META = "fedcare-site"
+
+
+class SiteError(RuntimeError):
+    """A site cannot take part: unknown site, missing data directory, bad experiment file.
+    The message names the site and the problem; the ServerApp stops before any training."""
+
+
+class StudySite(Protocol):
+    client: ClientId
+    synthetic: bool
+
+    def summary(self) -> dict: ...
+
+    def data(self, ref: str) -> ClientData: ...
+
+    def new_model(self) -> nn.Module: ...
+
+    def algorithm(self, name: str) -> Algorithm: ...
+
+
+@dataclass
+class FactorySite:
+    """A site built from Python factories (`make_client_app`): data references "train" and
+    "eval" name the client's training and evaluation data."""
+
+    client: ClientId
+    algorithm_factory: Callable[[], Algorithm]
+    model_factory: Callable[[], nn.Module]
+    train_data: Callable[[ClientId], ClientData]
+    eval_data: Callable[[ClientId], ClientData]
+    seed: int = 0  # the run seed (a plain Flower strategy does not send one)
+    synthetic: bool = False
+
+    def summary(self) -> dict:
+        return {}
+
+    def data(self, ref: str) -> ClientData:
+        if ref == "train":
+            return self.train_data(self.client)
+        if ref == "eval":
+            return self.eval_data(self.client)
+        raise SiteError(f"client {self.client!r}: unknown data reference {ref!r} (expected 'train' or 'eval')")
+
+    def new_model(self) -> nn.Module:
+        return self.model_factory()
+
+    def algorithm(self, name: str) -> Algorithm:
+        return self.algorithm_factory()
+
+
+class SiteNode:
+    """One site's client within the current federation, run operation by operation."""
+
+    def __init__(self, site: StudySite):
+        self.site = site
+        self.model = site.new_model()
+        self.namespace: str | None = None
+        self.algorithm_name = ""
+        self.runner: ClientRunner | None = None
+
+    def handle(self, ops: list[tuple[str, Any]]) -> list:
+        results = []
+        for namespace, op in ops:
+            if isinstance(op, Begin):
+                if op.reset or namespace != self.namespace:
+                    self._begin(namespace, op)
+                results.append(None)
+                continue
+            if namespace != self.namespace or self.runner is None:
+                raise SiteError(f"client {self.site.client!r}: no state for federation {namespace!r} (it never began here)")
+            data = self.site.data(op.data) if hasattr(op, "data") else None
+            results.append(self.runner.run(op, self.model, data))
+        return results
+
+    def _begin(self, namespace: str, op: Begin) -> None:
+        algorithm = self.site.algorithm(op.algorithm)
+        load_tensors(self.model, op.model.tensors)
+        self.namespace, self.algorithm_name = namespace, op.algorithm
+        self.runner = ClientRunner(algorithm.client, op.seed, self.site.client, algorithm.client.init_state(self.model))
+
+    # -- persistence: Context.state and the state file hold the same thing -----------------
+    def meta(self) -> dict:
+        if self.runner is None:
+            return {}
+        return {"namespace": self.namespace, "algorithm": self.algorithm_name, "seed": self.runner.seed,
+                "has_best": self.runner.best is not None}
+
+    def store(self, context_state: RecordDict) -> None:
+        context_state[SITE_META] = ConfigRecord({"json": json.dumps(self.meta())})
+        if self.runner is not None:
+            context_state["fedcare-state"] = tensors_to_record(self.runner.state)
+            if self.runner.best is not None:
+                context_state["fedcare-best"] = tensors_to_record(self.runner.best)
+
+    def restore_from(self, context_state: RecordDict) -> bool:
+        """Take the federation state kept in `Context.state`; False if there is none."""
+        if SITE_META not in context_state.config_records:
+            return False
+        meta = json.loads(str(context_state.config_records[SITE_META]["json"]))
+        if meta:
+            best = record_to_tensors(context_state.array_records["fedcare-best"]) if meta["has_best"] else None
+            self._resume(meta, record_to_tensors(context_state.array_records["fedcare-state"]), best)
+        return True
+
+    def save(self, path: Path) -> None:
+        """Write the state file atomically: a crash mid-write leaves the previous file whole."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"meta": self.meta(), "state": self.runner.state if self.runner else None,
+                   "best": self.runner.best if self.runner else None}
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> bool:
+        """Resume from the state file (a restarted SuperNode); False if there is none."""
+        if not path.is_file():
+            return False
+        payload = torch.load(path, weights_only=True)
+        if payload["meta"]:
+            self._resume(payload["meta"], payload["state"], payload["best"])
+        return True
+
+    def _resume(self, meta: dict, state: ClientState, best: ClientState | None) -> None:
+        algorithm = self.site.algorithm(meta["algorithm"])
+        self.namespace, self.algorithm_name = meta["namespace"], meta["algorithm"]
+        self.runner = ClientRunner(algorithm.client, int(meta["seed"]), self.site.client, state)
+        self.runner.best = best
