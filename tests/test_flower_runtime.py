@@ -1,29 +1,16 @@
-"""fedcare's Flower apps give the same numbers as the in-process simulator.
-
-The Simulation Engine's only use of Ray is `RayBackend`, the pool that runs a ClientApp on a
-(message, context); these tests put an in-process backend in its place (`_InProcessBackend`,
-same `Backend` interface), which answers in reverse client order and starts in well under a
-second (Ray takes 10 s or more here), and keep everything else of Flower's: `run_simulation`,
-the SuperLink's in-memory LinkState, the Grid, message routing, node/partition ids and
-per-node `Context.state`. Ray itself runs in the `flwr run` tests (test_flower_deploy.py).
-"""
+"""fedcare's Flower apps give the same numbers as the in-process simulator (through Flower's
+`run_simulation` with an in-process backend: see flower_inprocess.py)."""
 
 from __future__ import annotations
 
-import sys
-import threading
-import time
-import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import ClassVar
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
-from flwr.app import Context, Message, RecordDict
+from flower_inprocess import InProcessBackend, simulation_backend
+from flwr.app import RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from flwr.server.superlink.fleet.vce.backend import Backend, BackendConfig
 from tiny import tiny_data, tiny_model
 
 from fedcare.algorithms import fedavg, pfdl
@@ -94,55 +81,6 @@ def test_records_round_trip_is_bit_identical():
 # ---------------------------------------------------------------------------- simulation
 
 
-class _InProcessBackend(Backend):
-    """Runs each ClientApp call in one of the engine's worker threads: what a Ray actor does,
-    minus Ray. One worker per node, and a node with a lower partition id answers later, so
-    replies reach the ServerApp in reverse client order: aggregation must not depend on it."""
-
-    finished: ClassVar[list[int]] = []  # partition ids in the order their replies were produced
-    lock = threading.Lock()
-
-    def __init__(self, backend_config: BackendConfig) -> None:
-        self.app_fn = None
-
-    def build(self, app_fn) -> None:
-        self.app_fn = app_fn
-
-    @property
-    def num_workers(self) -> int:
-        return len(CLIENTS)
-
-    def is_worker_idle(self) -> bool:
-        return True
-
-    def terminate(self) -> None:
-        pass
-
-    def process_message(self, message: Message, context: Context) -> tuple[Message, Context]:
-        with self.lock:  # `tiny_model` seeds torch's global generator: not thread-safe
-            reply = self.app_fn()(message=message, context=context)
-        pid = int(context.node_config["partition-id"])
-        time.sleep(0.1 * (len(CLIENTS) - 1 - pid))
-        self.finished.append(pid)
-        return reply, context
-
-
-@contextmanager
-def _simulation_backend() -> Iterator[str]:
-    name = "flwr.server.superlink.fleet.vce.backend.raybackend"
-    module = types.ModuleType(name)
-    module.RayBackend = _InProcessBackend
-    saved = sys.modules.get(name)
-    sys.modules[name] = module
-    try:
-        yield "in-process"  # any name but "ray" skips run_simulation's Ray check
-    finally:
-        if saved is None:
-            sys.modules.pop(name, None)
-        else:
-            sys.modules[name] = saved
-
-
 def _simulator(name: str):
     federation = Federation(tiny_model(), ALGORITHMS[name](), SEED)
     train = {c: _data(c) for c in CLIENTS}
@@ -157,12 +95,13 @@ def _flower(name: str):
     server_app = make_server_app(ALGORITHMS[name], tiny_model, ROUNDS, SEED, CLIENTS, history.append, phase=PHASE,
                                  metrics="binary")
     client_app = make_client_app(ALGORITHMS[name], tiny_model, _data, SEED, client_ids=CLIENTS)
-    _InProcessBackend.finished.clear()
-    with _simulation_backend() as backend:
+    InProcessBackend.finished.clear()
+    InProcessBackend.workers = len(CLIENTS)
+    with simulation_backend() as backend:
         run_simulation(server_app, client_app, num_supernodes=len(CLIENTS), backend_name=backend)
     # 1 greeting + 2 exchanges per round (fit; PFDL's fine-tuning rides along with the
     # evaluation), each answered in reverse client order
-    assert _InProcessBackend.finished == [2, 1, 0] * (1 + 2 * ROUNDS)
+    assert InProcessBackend.finished == [2, 1, 0] * (1 + 2 * ROUNDS)
     assert [h["round"] for h in history] == list(range(1, ROUNDS + 1)), "the ServerApp did not finish its rounds"
     return history
 

@@ -1,0 +1,96 @@
+"""The pain study's config-driven Flower apps (what `flwr run` starts) give the in-process
+simulator's numbers, through Flower's `run_simulation` with the in-process backend; bad
+configuration fails before any training, naming the problem."""
+
+import json
+from pathlib import Path
+
+import pytest
+from flower_inprocess import InProcessBackend, simulation_backend
+from flwr.serverapp import ServerApp
+
+from fedcare.config import ConfigError, PainExperiment, to_toml
+from fedcare.data.synthetic.pain import generate_pain_cohort
+from fedcare.runtime.flower.app import client_app, open_site, run_experiment
+from fedcare.runtime.flower.site import SiteError
+from fedcare.studies.pain.study import run_pain_experiment
+
+SUBJECTS = [43, 80, 92]
+
+
+def flower_config(root: Path, **deployment) -> PainExperiment:
+    return PainExperiment.model_validate({
+        "title": "flower", "seeds": [5], "methods": ["RANDOM", "F(N)", "FP(N)", "FL(N)"], "data": {"root": str(root)},
+        "protocol": {"pretrain_subjects": [42], "subjects": SUBJECTS, "image_size": 16, "balance_per_class": 12,
+                     "last_session": 2},
+        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1},
+        "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 2}, "deployment": deployment,
+    })
+
+
+def test_records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["type"] in ("test", "round")]
+
+
+test_records.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data") / "unbc"
+    generate_pain_cohort(root, subjects=[42, *SUBJECTS], frame_scale=0.02, image_size=32)
+    return root
+
+
+def _run_on_flower(config: PainExperiment, out: Path) -> None:
+    from flwr.simulation import run_simulation
+
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "flower.toml", "out": str(out)})
+
+    InProcessBackend.workers = len(SUBJECTS)
+    with simulation_backend() as backend:
+        run_simulation(server, client_app, num_supernodes=len(SUBJECTS), backend_name=backend)
+
+
+@pytest.mark.timeout(300)
+def test_pain_study_on_flower_equals_the_simulator(cohort, tmp_path):
+    config = flower_config(cohort)
+    _run_on_flower(config, tmp_path / "flower")
+    local = run_pain_experiment(config, tmp_path / "local")
+    assert (tmp_path / "flower" / "report.html").is_file(), "the Flower run did not finish its run directory"
+    got, expected = test_records(tmp_path / "flower"), test_records(local)
+    assert len(expected) > 20 and {r["method"] for r in expected} == {"RANDOM", "F(N)", "FP(N)", "FL(N)"}
+    assert got == expected  # every round's losses and every test metric, to the last bit
+    info = json.loads((tmp_path / "flower" / "run.json").read_text())
+    assert info["runtime"] == "flower" and info["missed"] == [] and sorted(info["sites"].values()) == SUBJECTS
+
+
+def test_pooled_methods_are_refused_before_any_site_is_contacted(cohort):
+    config = flower_config(cohort).model_copy(update={"methods": ["F(C)", "FL(N)"]})
+    from fedcare.runtime.flower.app import check_experiment
+
+    with pytest.raises(ConfigError, match=r"F\(C\).*pooled data"):
+        check_experiment(config, "x.toml")
+
+
+class _Context:
+    def __init__(self, node_config, run_config=None):
+        self.node_config, self.run_config = node_config, run_config or {}
+
+
+def test_a_site_fails_at_its_greeting_naming_the_problem(cohort, tmp_path):
+    config = flower_config(cohort, sites={"hospital-a": 43, "hospital-b": 80})
+    greeting = {"experiment": to_toml(config), "name": "x.toml"}
+    site = open_site(greeting, _Context({"site": "hospital-a", "data-dir": str(cohort)}))
+    assert site.client == 43 and site.summary()["sessions"] >= 3
+    with pytest.raises(SiteError, match="'hospital-z' is not in the experiment's .deployment.sites."):
+        open_site(greeting, _Context({"site": "hospital-z", "data-dir": str(cohort)}))
+    with pytest.raises(SiteError, match=f"data directory {tmp_path / 'nowhere'} does not exist"):
+        open_site(greeting, _Context({"site": "hospital-b", "data-dir": str(tmp_path / "nowhere")}))
+    with pytest.raises(SiteError, match="methods"):
+        open_site({"experiment": "methods = ['Q']\n", "name": "bad.toml"}, _Context({"site": "43"}))
