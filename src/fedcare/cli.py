@@ -13,10 +13,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fedcare.data.cli import data_app
+from fedcare.runtime.flower.cli import flower_app
 
 app = typer.Typer(help="fedcare: personalized, privacy-preserving federated learning on healthcare data.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(data_app, name="data")
+app.add_typer(flower_app, name="flower")
 console = Console(stderr=True)
 
 DEMO_CONFIGS = {"pain": "pain/demo.toml", "fedhealth2": "fedhealth2/demo.toml"}

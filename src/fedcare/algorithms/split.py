@@ -76,4 +76,6 @@ def load_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
         raise KeyError(f"tensors not in the model: {sorted(unknown)[:5]}")
     with torch.no_grad():
         for k, v in tensors.items():
+            if v.is_floating_point() and not state[k].is_floating_point():
+                v = v.round()  # an averaged integer buffer (num_batches_tracked) from another runtime: round, not truncate
             state[k].copy_(v)

@@ -76,7 +76,7 @@ KNOWN_FACTS = [
     ("subjects", "Test subjects"), ("test_sessions", "Test sessions"), ("started", "Started"),
     ("finished", "Finished"), ("training_seconds", "Training time (s)"), ("fedcare_version", "fedcare version"),
 ]
-NOT_FACTS = {"title", "synthetic", "notes"}
+NOT_FACTS = {"title", "synthetic", "notes", "missed"}  # missed operations (Flower runs) are told in the notes
 
 
 def facts_table(

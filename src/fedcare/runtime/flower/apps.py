@@ -27,7 +27,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from torch import nn
 
-from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm
+from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientHalf
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import ClientData, predict
 from fedcare.runtime.clients import ClientRunner, Fit
@@ -195,7 +195,8 @@ def make_server_app(
     metrics: str = "loss",
     settings: LinkSettings = LinkSettings(),
 ) -> ServerApp:
-    """A ServerApp running `algorithm_factory().server` for `rounds` rounds over `clients`.
+    """A ServerApp running `algorithm_factory().server` for `rounds` rounds over `clients`,
+    after the algorithm's one-off setup exchange (phase "setup") if it has one (FedAP, FedDG).
 
     After every round `on_metrics` receives {"round", "train_loss", "n_train", "clients",
     "global_message", "clients_metrics": {client: the client's `metrics` on its "eval" data}}.
@@ -213,6 +214,8 @@ def make_server_app(
         link.connect(list(clients))
         model = model_factory()
         federation = Federation(model, algorithm, seed, clients=FlowerClients(link, "factory", algorithm.name, seed, model))
+        if type(algorithm.client).setup is not ClientHalf.setup:
+            federation.run_setup("setup", {c: "train" for c in link.node_of})
         for rnd in range(1, rounds + 1):
             info = federation.run_round(phase, rnd, {c: "train" for c in link.node_of})
             evaluated = federation.evaluate({c: "eval" for c in link.node_of}, metrics)

@@ -77,16 +77,28 @@ class SiteLink:
         self.joins: dict[ClientId, int] = {}  # how often each client has (re)joined
         self.missed: list[dict] = []
         self._greeted: set[int] = set()
+        self._silent: set[int] = set()  # listed nodes that did not answer: not waited for again
+
+    def _message(self, content: RecordDict, node: int, message_type: str) -> Message:
+        # the TTL keeps a message the site could not take in time from reaching it later (a
+        # restarted SuperNode would otherwise first run an operation the server gave up on)
+        return Message(content, dst_node_id=node, message_type=message_type, ttl=self.settings.round_timeout)
 
     # -- who is who --------------------------------------------------------------------
     def greet_new_nodes(self) -> None:
-        new = sorted(set(self.grid.get_node_ids()) - self._greeted)
+        """Greet the connected nodes that are no site's yet: new SuperNodes, and sites that
+        came back (a restarted SuperNode may keep its node id: it is tied to its key)."""
+        listed = set(self.grid.get_node_ids())
+        self._silent &= listed  # a node that left may come back under its id: greet it then
+        new = sorted(listed - set(self.node_of.values()) - self._silent)
         if not new:
             return
         content = RecordDict({HELLO: ConfigRecord({k: v for k, v in self.hello.items()})})
-        messages = [Message(content, dst_node_id=n, message_type=MessageType.QUERY) for n in new]
-        replies = self._collect(messages, self.settings.connect_timeout)
+        messages = [self._message(content, n, MessageType.QUERY) for n in new]
+        first = not self._greeted
+        replies = self._collect(messages, self.settings.connect_timeout if first else self.settings.round_timeout)
         self._greeted.update(new)
+        self._silent |= {n for n in new if n not in replies}  # not asked again while it stays listed
         for node, reply in replies.items():
             if reply.has_error():
                 if reply.error.code in UNAVAILABLE:
@@ -144,13 +156,14 @@ class SiteLink:
         self.greet_new_nodes()
         wanted = sorted(ops)
         reachable = [c for c in wanted if c in self.node_of]
-        messages = [Message(encode_ops(ops[c]), dst_node_id=self.node_of[c], message_type=MessageType.TRAIN)
-                    for c in reachable]
+        messages = [self._message(encode_ops(ops[c]), self.node_of[c], MessageType.TRAIN) for c in reachable]
         by_node = self._collect(messages, self.settings.round_timeout) if messages else {}
         results: dict[ClientId, list] = {}
         for c in wanted:
             reply = by_node.get(self.node_of.get(c, -1)) if c in reachable else None
             if reply is None:
+                if c in reachable:  # silent: do not wait for it again until it rejoins
+                    self._silent.add(self.node_of.pop(c))
                 self._miss(c, what)
             elif reply.has_error():
                 if reply.error.code not in UNAVAILABLE:

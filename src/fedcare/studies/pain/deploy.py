@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import torch
+
 from fedcare.algorithms import Algorithm
 from fedcare.config import ConfigError, PainExperiment
 from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
@@ -56,6 +58,8 @@ class PainStudySite:
     """One site: its subject's sessions read from its own data directory."""
 
     def __init__(self, config: PainExperiment, site: str, data_dir: Path):
+        if config.runtime.threads:  # torch's float sums depend on the thread count: the server's runs use it too
+            torch.set_num_threads(config.runtime.threads)
         self.config = config
         self.client = site_client(config, site)
         if not Path(data_dir).is_dir():
@@ -109,3 +113,13 @@ class FlowerRuntime:
         return {"runtime": "flower",
                 "sites": {self.link.site_name(c): c for c in sorted(self.link.site_of)},
                 "missed": self.link.missed}
+
+    def notes(self) -> list[str]:
+        """For the report: each site that missed something, and what (method, phase, round)."""
+        by_site: dict[str, list[str]] = {}
+        for m in self.link.missed:
+            where = " ".join(str(m[k]) for k in ("method", "phase") if m.get(k) is not None)
+            if m.get("round") is not None:
+                where += f" round {m['round']}"
+            by_site.setdefault(m["site"], []).append(f"{where} ({m['operation']})".strip())
+        return [f"Site {site!r} did not answer: {'; '.join(what)}." for site, what in sorted(by_site.items())]

@@ -1,0 +1,224 @@
+"""`fedcare flower ...`: the three roles of a deployment.
+
+- coordinator: `fedcare flower certs` (CA, SuperLink certificate, site keys) and
+  `fedcare flower superlink` (Flower's SuperLink with TLS, SuperNode authentication and no
+  run-time dependency installation, which fails offline);
+- site: `fedcare flower supernode` (a SuperNode told which site it is, where its data and
+  its state live);
+- researcher: `fedcare flower run` (validates the experiment, starts it with `flwr run`,
+  waits for it, and fails loudly unless it completed: `flwr run` itself exits 0 even when
+  the run failed).
+
+The superlink and supernode commands check their inputs, then replace themselves with
+Flower's own command (shown with --dry-run), so signals (Ctrl-C, SIGTERM) reach Flower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+flower_app = typer.Typer(help="Run experiments across sites on Flower: coordinator, site and researcher commands.",
+                         no_args_is_help=True)
+console = Console(stderr=True)
+
+FINISHED_OK = "finished:completed"
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _exec(cmd: list[str], dry_run: bool) -> None:
+    if dry_run:
+        print(" ".join(_quote(c) for c in cmd))
+        return
+    if shutil.which(cmd[0]) is None:
+        _fail(f"{cmd[0]} not found: install fedcare (it brings flwr) on this machine")
+    sys.stdout.flush()
+    os.execvp(cmd[0], cmd)
+
+
+def _quote(s: str) -> str:
+    return s if re.fullmatch(r"[\w@%+=:,./-]+", s) else "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        _fail(f"--address {address!r}: expected HOST:PORT, e.g. 0.0.0.0:9092")
+    return host, int(port)
+
+
+@flower_app.command()
+def certs(
+    out: Annotated[Path, typer.Argument(help="Folder to write ca.crt, server.pem/.key and keys/<site>{,.pub} into.")],
+    host: Annotated[list[str], typer.Option(help="Name or IP address the SuperLink is reached at (repeatable).")] = ["127.0.0.1", "localhost"],
+    site: Annotated[list[str], typer.Option(help="A site to make an authentication key pair for (repeatable).")] = [],
+    days: Annotated[int, typer.Option(help="Validity of the certificates in days.")] = 365,
+) -> None:
+    """Coordinator: a CA, the SuperLink's TLS certificate and one key pair per site."""
+    from fedcare.runtime.flower.certs import make_certificates, make_site_key
+
+    if (out / "ca.crt").exists():
+        _fail(f"{out}: certificates exist already; choose another folder (a new CA would lock out every site)")
+    make_certificates(out, list(host), days)
+    for name in site:
+        make_site_key(out, name)
+    console.print(f"wrote {out}/ca.crt, server.pem, server.key" + (f" and keys for {', '.join(site)}" if site else ""))
+
+
+@flower_app.command("site-key")
+def site_key(
+    out: Annotated[Path, typer.Argument(help="Folder to write keys/<site> and keys/<site>.pub into.")],
+    site: Annotated[str, typer.Argument(help="The site's name.")],
+) -> None:
+    """Site: make this site's authentication key pair (send only the .pub to the coordinator)."""
+    from fedcare.runtime.flower.certs import make_site_key
+
+    if (out / "keys" / site).exists():
+        _fail(f"{out / 'keys' / site}: exists already")
+    private, public = make_site_key(out, site)
+    console.print(f"wrote {private} (keep it at the site) and {public} (for the coordinator)")
+
+
+@flower_app.command()
+def superlink(
+    certs_dir: Annotated[Optional[Path], typer.Option("--certs", help="Folder with ca.crt, server.pem, server.key.")] = None,
+    address: Annotated[str, typer.Option(help="HOST:PORT the SuperLink listens on (SuperNodes and flwr connect here).")] = "0.0.0.0:9092",
+    database: Annotated[Path, typer.Option(help="Run/state database (a file survives restarts).")] = Path("superlink.db"),
+    insecure: Annotated[bool, typer.Option(help="No TLS and no node authentication: a local trial only.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
+) -> None:
+    """Coordinator: start Flower's SuperLink with TLS and SuperNode authentication."""
+    host, port = _host_port(address)
+    cmd = ["flower-superlink", "--host", host, "--port", str(port), "--database", str(database),
+           "--isolation", "subprocess", "--disable-runtime-dependency-installation"]
+    if insecure:
+        cmd.append("--insecure")
+    else:
+        if certs_dir is None:
+            _fail("give --certs DIR (from `fedcare flower certs`), or --insecure for a local trial")
+        missing = [n for n in ("ca.crt", "server.pem", "server.key") if not (certs_dir / n).is_file()]
+        if missing:
+            _fail(f"{certs_dir}: missing {', '.join(missing)} (make them with `fedcare flower certs`)")
+        cmd += ["--ssl-ca-certfile", str(certs_dir / "ca.crt"), "--ssl-certfile", str(certs_dir / "server.pem"),
+                "--ssl-keyfile", str(certs_dir / "server.key"), "--enable-supernode-auth"]
+    _exec(cmd, dry_run)
+
+
+@flower_app.command()
+def supernode(
+    site: Annotated[str, typer.Option(help="This site's name, as in the experiment's [deployment.sites].")],
+    data_dir: Annotated[Path, typer.Option(help="This site's own data (e.g. its UNBC-McMaster copy).")],
+    state_dir: Annotated[Path, typer.Option(help="Where this site keeps its private state between rounds.")],
+    superlink_address: Annotated[str, typer.Option("--superlink", help="HOST:PORT of the SuperLink.")] = "127.0.0.1:9092",
+    root_certificates: Annotated[Optional[Path], typer.Option(help="The federation's ca.crt.")] = None,
+    auth_key: Annotated[Optional[Path], typer.Option(help="This site's private authentication key (keys/<site>).")] = None,
+    port: Annotated[int, typer.Option(help="Local port of the SuperNode's ClientApp API (one per SuperNode on a machine).")] = 9094,
+    insecure: Annotated[bool, typer.Option(help="No TLS and no authentication: a local trial only.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
+) -> None:
+    """Site: start a Flower SuperNode for this site."""
+    if not data_dir.is_dir():
+        _fail(f"--data-dir {data_dir}: no such directory")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    node_config = " ".join(f'{k}={json.dumps(str(v))}' for k, v in
+                           (("site", site), ("data-dir", data_dir.resolve()), ("state-dir", state_dir.resolve())))
+    cmd = ["flower-supernode", "--superlink", superlink_address, "--host", "127.0.0.1", "--port", str(port),
+           "--node-config", node_config]
+    if insecure:
+        cmd.append("--insecure")
+    else:
+        for option, path in (("--root-certificates", root_certificates), ("--auth-key", auth_key)):
+            if path is None or not path.is_file():
+                _fail(f"{option}: {'not given' if path is None else f'{path}: no such file'} (or --insecure for a local trial)")
+        cmd += ["--root-certificates", str(root_certificates), "--auth-supernode-private-key", str(auth_key)]
+    _exec(cmd, dry_run)
+
+
+def app_dir() -> Path:
+    """The Flower App `flwr run` sends: a pyproject.toml naming fedcare's ServerApp and ClientApp."""
+    return Path(str(files("fedcare") / "runtime" / "flower" / "flwr_app"))
+
+
+def run_status(federation: str, run_id: int) -> dict:
+    out = subprocess.run(["flwr", "ls", federation, "--run-id", str(run_id), "--format", "json"],
+                         capture_output=True, text=True)
+    try:
+        return json.loads(out.stdout)["runs"][0]
+    except (json.JSONDecodeError, KeyError, IndexError):
+        raise RuntimeError(f"flwr ls gave no status for run {run_id}: {out.stdout}{out.stderr}") from None
+
+
+@flower_app.command("run")
+def run_command(
+    config: Annotated[Path, typer.Argument(help="Experiment TOML file (as for `fedcare run`).")],
+    federation: Annotated[str, typer.Option(help="The SuperLink connection in $FLWR_HOME/config.toml.")],
+    set_: Annotated[list[str], typer.Option("--set", help="Override a config key (repeatable).")] = [],
+    out: Annotated[Optional[Path], typer.Option(help="Run directory, on the coordinator's machine (default runs/<config>-flower-<time>).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Simulation only: the data every simulated site reads.")] = None,
+    state_dir: Annotated[Optional[Path], typer.Option(help="Simulation only: where simulated sites keep their state.")] = None,
+    federation_config: Annotated[Optional[str], typer.Option(help="Simulation only: passed to flwr run, e.g. 'num-supernodes=3'.")] = None,
+) -> None:
+    """Researcher: run an experiment across the sites, wait for it, fail unless it completed."""
+    from fedcare.config import ConfigError, load_config, to_toml
+    from fedcare.runtime.flower.app import check_experiment
+
+    try:
+        experiment = load_config(config, set_)
+        check_experiment(experiment, str(config))
+    except ConfigError as e:
+        _fail(str(e))
+    if out is None:
+        out = Path("runs") / f"{config.stem}-flower-{datetime.now():%Y%m%d-%H%M%S}"
+    out = out.resolve()
+    if out.exists():
+        _fail(f"{out}: run directory already exists; choose another --out or remove it")
+    run_config = {"experiment": to_toml(experiment), "experiment-name": config.name, "out": str(out),
+                  "data-dir": str(data_dir.resolve()) if data_dir else "", "state-dir": str(state_dir.resolve()) if state_dir else ""}
+    with tempfile.TemporaryDirectory(prefix="fedcare-flwr-") as tmp:
+        app = Path(tmp) / "app"
+        shutil.copytree(app_dir(), app)  # flwr may write into the app folder: never into the installed package
+        rc_file = Path(tmp) / "run-config.toml"
+        # JSON strings are valid TOML basic strings (same escapes)
+        rc_file.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in run_config.items()))
+        cmd = ["flwr", "run", str(app), federation, "--run-config", str(rc_file), "--stream"]
+        if federation_config:
+            cmd += ["--federation-config", federation_config]
+        console.print(f"starting {config.name} on {federation!r}; run directory {out}")
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sys.stdout.write(proc.stdout)
+    match = re.search(r"Successfully started run (\d+)", proc.stdout)
+    if proc.returncode != 0 or match is None:
+        _fail(f"flwr run did not start the run (exit code {proc.returncode}); see its output above")
+    run_id = int(match.group(1))
+    status = run_status(federation, run_id)
+    while not str(status.get("status", "")).startswith("finished"):  # --stream may return before the status is final
+        time.sleep(1)
+        status = run_status(federation, run_id)
+    if status["status"] != FINISHED_OK:
+        _fail(f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip())
+    console.print(f"run {run_id} completed in {time.perf_counter() - t0:.0f} s")
+    if (out / "report.html").is_file():
+        from fedcare.report import format_summary_markdown, summary_rows
+
+        print(format_summary_markdown(summary_rows(out)))
+        print(f"\nReport: {out / 'report.html'}")
+    else:
+        print(f"Run directory (on the coordinator's machine): {out}")

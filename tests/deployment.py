@@ -1,0 +1,109 @@
+"""A Flower deployment on 127.0.0.1 for tests: a SuperLink with TLS and SuperNode
+authentication, SuperNodes for named sites, the researcher's `flwr` connection, all started
+through `fedcare flower ...` with their own FLWR_HOME and ports. Every process is started in
+its own process group and stopped by `close()` (SIGTERM, then SIGKILL), also when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FEDERATION = "test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Deployment:
+    def __init__(self, root: Path, sites: list[str]):
+        self.root = root
+        self.certs = root / "certs"
+        self.port = free_port()
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.researcher_home = root / "home" / "researcher"
+        self.researcher_home.mkdir(parents=True)
+        self.fedcare(["flower", "certs", str(self.certs), *[a for s in sites for a in ("--site", s)]])
+        (self.researcher_home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
+            f'address = "127.0.0.1:{self.port}"\nroot-certificates = "{self.certs / "ca.crt"}"\n')
+
+    def env(self, home: Path) -> dict:
+        home.mkdir(parents=True, exist_ok=True)
+        return {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+
+    def fedcare(self, args: list[str], home: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fedcare.cli", *args], env=self.env(home or self.researcher_home),
+                              capture_output=True, text=True, timeout=timeout, cwd=self.root)
+
+    def flwr(self, args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["flwr", *args], env=self.env(self.researcher_home), capture_output=True, text=True,
+                              timeout=timeout, cwd=self.root)
+
+    def start(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = (self.root / f"{name}.log").open("w")
+        proc = subprocess.Popen([sys.executable, "-m", "fedcare.cli", *args], env=self.env(self.root / "home" / name),
+                                stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True)
+        self.processes[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text() if path.exists() else ""
+
+    def start_superlink(self) -> None:
+        self.start("superlink", ["flower", "superlink", "--certs", str(self.certs),
+                                 "--address", f"127.0.0.1:{self.port}", "--database", str(self.root / "superlink.db")])
+        deadline = time.monotonic() + 60
+        while not _listening(self.port):
+            if self.processes["superlink"].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the SuperLink did not start:\n" + self.log("superlink"))
+            time.sleep(0.2)
+
+    def register(self, site: str) -> None:
+        out = self.flwr(["supernode", "register", str(self.certs / "keys" / f"{site}.pub"), FEDERATION])
+        if out.returncode != 0:
+            raise RuntimeError(f"flwr supernode register {site}: {out.stdout}{out.stderr}")
+
+    def start_site(self, site: str, data_dir: Path, *extra: str) -> subprocess.Popen:
+        return self.start(site, ["flower", "supernode", "--site", site, "--data-dir", str(data_dir),
+                                 "--state-dir", str(self.root / "state" / site), "--superlink", f"127.0.0.1:{self.port}",
+                                 "--root-certificates", str(self.certs / "ca.crt"),
+                                 "--auth-key", str(self.certs / "keys" / site), "--port", str(free_port()), *extra])
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a process group: a site that crashes, not one that says goodbye."""
+        proc = self.processes.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def close(self) -> None:
+        for proc in self.processes.values():
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 15
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group (ClientApp processes)
+            except ProcessLookupError:
+                pass
+        self.processes.clear()
