@@ -24,11 +24,12 @@ phase "train". What differs is only the server's arithmetic:
 - integer buffers (BatchNorm's `num_batches_tracked`, int64): Flower multiplies them by a
   Python float, so its global arrays carry them as float64 *non-integer* weighted means
   (472/104 = 4.538... after round 1), never rounded back; fedcare's server rounds the
-  float64 mean to int64 (5). The ClientApp copies the float64 it receives into the model's
-  int64 buffer with `Tensor.copy_`, which truncates (4.538 -> 4), so after round 2 Flower
-  holds 8.538... and fedcare 10. BatchNorm only reads the counter when `momentum` is None
-  (cumulative average); with the default momentum 0.1 the weights do not depend on it,
-  which is why the float tensors still agree: see `_expected_counters`.
+  float64 mean to int64 (5). The ClientApp rounds what it receives into the model's int64
+  buffer (`load_tensors`: 4.538 -> 5, where a plain `Tensor.copy_` would truncate to 4), so
+  the clients count on from fedcare's value and Flower's float agrees with fedcare's integer
+  after rounding. BatchNorm only reads the counter when `momentum` is None (cumulative
+  average); with the default momentum 0.1 the weights do not depend on it: see
+  `_expected_counters`.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def _fedcare() -> tuple[list[dict[str, torch.Tensor]], list[float], Federation]:
 def _expected_counters(receive) -> tuple[list[float], list[int]]:
     """`num_batches_tracked` of every BatchNorm after each round: (Flower's, fedcare's).
     Each client adds its number of batches (40 examples -> 5, 24 -> 3 at batch size 8) to the
-    counter it starts from: `receive(Flower's float64 mean)` on Flower (`int`: the truncation
-    of `Tensor.copy_` into an int64 buffer), fedcare's rounded int64 mean on fedcare."""
+    counter it starts from: `receive(Flower's float64 mean)` on Flower (`round`: the ClientApp
+    rounds it into the int64 buffer), fedcare's rounded int64 mean on fedcare."""
     sizes = {c: len(_data(c)) for c in CLIENTS}
     batches = {c: math.ceil(n / SETTINGS.batch_size) for c, n in sizes.items()}
     total = sum(sizes.values())
@@ -136,8 +137,7 @@ def test_flower_fedavg_drives_fedcare_client_app():
     # what the ClientApp does with the float64 counters Flower sends: `copy_` truncates them
     # (the current apps.py: 4.538 -> 8.538 after round 2), or it could round them as fedcare's
     # server does (-> 9.538, which rounds to fedcare's 10); accept either
-    truncated, expected_fedcare_counters = _expected_counters(int)
-    rounded, _ = _expected_counters(round)
+    rounded, expected_fedcare_counters = _expected_counters(round)
 
     final = {k: np.array(a.numpy()) for k, a in result.arrays.items()}
     assert len(flower_rounds) == ROUNDS
@@ -154,7 +154,8 @@ def test_flower_fedavg_drives_fedcare_client_app():
                 # Flower: float64 non-integer mean; fedcare: int64 rounded mean (module docstring)
                 assert want.dtype == torch.int64 and int(want) == expected_fedcare_counters[rnd - 1], k
                 assert got.dtype == np.float64, k  # int64 * Python float in `aggregate_arrayrecords`
-                assert any(abs(float(got) - c[rnd - 1]) < 1e-12 for c in (truncated, rounded)), (k, float(got))
+                assert abs(float(got) - rounded[rnd - 1]) < 1e-12, (k, float(got))
+                assert round(float(got)) == expected_fedcare_counters[rnd - 1], k
                 continue
             assert got.dtype == np.float32 and want.dtype == torch.float32, k
             diff = float(np.max(np.abs(got.astype(np.float64) - want.numpy().astype(np.float64))))
