@@ -42,7 +42,7 @@ IMAGE_SIZE = {"tiny": 16, "pain": 32}
 
 
 class TinyMLP(nn.Module):
-    """16x16 image -> 160 -> 64 -> 1 logit: 51,521 parameters."""
+    """16x16 image -> 160 -> 64 -> 1 logit: 51,489 parameters."""
 
     def __init__(self):
         super().__init__()

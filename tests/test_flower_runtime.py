@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -19,12 +20,8 @@ from fedcare.algorithms.training import TrainSettings
 from fedcare.runtime.flower import make_client_app, make_server_app
 from fedcare.runtime.flower.apps import client_id_from
 from fedcare.runtime.flower.site import SiteError
-from fedcare.runtime.flower.records import (
-    load_state,
-    message_to_recorddict,
-    recorddict_to_message,
-    save_state,
-)
+from fedcare.runtime.clients import Evaluate, Fit, Snapshot
+from fedcare.runtime.flower.records import Begin, decode_ops, decode_results, encode_ops, encode_results
 from fedcare.runtime.simulation import Federation
 
 SEED = 11
@@ -50,35 +47,41 @@ WITH_SETUP = {"fedap", "feddg"}
 # ------------------------------------------------------------------------------- records
 
 
-def test_records_round_trip_is_bit_identical():
+def _wire(content: RecordDict) -> RecordDict:
+    """Through Flower's own wire format (protobuf) and back."""
+    proto = recorddict_to_proto(content)
+    return recorddict_from_proto(type(proto).FromString(proto.SerializeToString()))
+
+
+def test_operations_and_results_round_trip_bit_identically():
     g = torch.Generator().manual_seed(0)
     tensors = {
         "w": torch.randn(3, 4, generator=g),
         "w64": torch.randn(2, 2, generator=g, dtype=torch.float64),
         "bn.num_batches_tracked": torch.tensor(7, dtype=torch.int64),  # a 0-d int64 buffer
-        "idx": torch.arange(-5, 5, dtype=torch.int64).reshape(2, 5),
         "tiny": torch.tensor([1e-45, -0.0, float("inf"), 3.4e38], dtype=torch.float32),
         "strided": torch.randn(4, 6, generator=g).t(),  # non-contiguous input
     }
     scalars = {"num_examples": 40.0, "train_loss": 0.1 + 0.2, "big": 2.0**60 + 1.0}
-    content = message_to_recorddict(FedMessage(tensors, scalars))
-    wire = recorddict_to_proto(content).SerializeToString()  # through Flower's own wire format too
-    content = recorddict_from_proto(type(recorddict_to_proto(content)).FromString(wire))
-    back = recorddict_to_message(content)
-    assert list(back.tensors) == list(tensors)
-    for k, v in tensors.items():
-        b = back.tensors[k]
-        assert b.dtype == v.dtype and b.shape == v.shape, k
-        assert np.array_equal(b.numpy().reshape(-1).view(np.uint8), v.contiguous().numpy().reshape(-1).view(np.uint8)), k
-    assert back.scalars == scalars and all(type(x) is float for x in back.scalars.values())
+    message = FedMessage(tensors, scalars)
+    ops = [("f1", Begin("pfdl", 5, message, reset=True)), ("f1", Fit("session-1", 2, message, "train/5/0")),
+           ("f1", Snapshot()), ("f1", Evaluate(message, "session/1", "binary"))]
+    back = decode_ops(_wire(encode_ops(ops)))
+    assert [(ns, type(op)) for ns, op in back] == [(ns, type(op)) for ns, op in ops]
+    fit = back[1][1]
+    assert (fit.phase, fit.round, fit.data) == ("session-1", 2, "train/5/0") and back[0][1].reset is True
+    for carried in (back[0][1].model, back[1][1].message):
+        assert list(carried.tensors) == list(tensors) and carried.scalars == scalars
+        for k, v in tensors.items():
+            b = carried.tensors[k]
+            assert b.dtype == v.dtype and b.shape == v.shape, k
+            assert np.array_equal(b.numpy().reshape(-1).view(np.uint8), v.contiguous().numpy().reshape(-1).view(np.uint8)), k
+    assert len(encode_ops(ops).array_records) == 1, "a message carried by several operations travels once"
 
-    nan = torch.tensor([float("nan")], dtype=torch.float32)
-    state_store = RecordDict()
-    assert load_state(state_store) is None
-    save_state(state_store, {"classifier.1.weight": tensors["w"], "nan": nan, "n": tensors["bn.num_batches_tracked"]})
-    state = load_state(state_store)
-    assert torch.equal(state["classifier.1.weight"], tensors["w"]) and state["n"].shape == () and state["n"].dtype == torch.int64
-    assert state["nan"].numpy().view(np.uint32)[0] == nan.numpy().view(np.uint32)[0]
+    metrics = {"loss": 0.1 + 0.2, "pr_auc": float("nan"), "n": 96}
+    results = decode_results(_wire(encode_results([message, None, metrics])))
+    assert results[1] is None and results[2]["loss"] == metrics["loss"] and math.isnan(results[2]["pr_auc"])
+    assert torch.equal(results[0].tensors["w"], tensors["w"]) and results[0].scalars == scalars
 
 
 # ---------------------------------------------------------------------------- simulation

@@ -4,12 +4,7 @@ this adapter imports the algorithms."""
 
 from fedcare.runtime.flower.apps import build_client_app, make_client_app, make_server_app
 from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, LinkSettings, SiteLink
-from fedcare.runtime.flower.records import (
-    load_state,
-    message_to_recorddict,
-    recorddict_to_message,
-    save_state,
-)
+from fedcare.runtime.flower.records import decode_ops, decode_results, encode_ops, encode_results
 
 __all__ = [
     "FlowerClients",
@@ -17,10 +12,10 @@ __all__ = [
     "LinkSettings",
     "SiteLink",
     "build_client_app",
-    "load_state",
+    "decode_ops",
+    "decode_results",
+    "encode_ops",
+    "encode_results",
     "make_client_app",
     "make_server_app",
-    "message_to_recorddict",
-    "recorddict_to_message",
-    "save_state",
 ]
