@@ -115,10 +115,10 @@ class PainStudy:
         t = self.config.train
         train, val = self.runtime.pretraining_sets(seed)
         algorithm = "centralized" if kind == "C" else "fedavg"
-        federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction,
-                                             label={"method": label, "seed": seed})
         phase = f"pretrain-{'central' if kind == 'C' else 'federated'}"
         label = f"pretrain {kind}"
+        federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction,
+                                             label={"method": label, "seed": seed})
         result = federation.train_phase(
             phase, train, val, max_rounds=t.pretrain_max_rounds, patience=t.pretrain_patience,
             on_round=lambda info: self._round_record(label, seed, phase, info),

@@ -1,0 +1,72 @@
+"""The same experiment through Flower's own Simulation Engine (`flwr run` on a local simulation
+federation, Ray running the simulated sites), started with `fedcare flower run`: its records
+equal the in-process simulator's bit for bit. The local SuperLink that `flwr run` starts in
+the background is stopped by the test."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from deployment import free_port
+from test_flower_deploy import config, records
+
+from fedcare.config import to_toml
+from fedcare.data.synthetic.pain import generate_pain_cohort
+from fedcare.studies.pain.study import run_pain_experiment
+
+
+def _processes_with(*words: str) -> list[int]:
+    """Process ids whose command line holds every word (the detached local SuperLink and its children)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if all(w in cmdline for w in words):
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.timeout(900)
+def test_flwr_run_on_a_local_simulation_federation_equals_the_simulator(tmp_path):
+    cohort = tmp_path / "unbc"
+    generate_pain_cohort(cohort, subjects=[42, 43, 80, 92], frame_scale=0.02, image_size=32)
+    cfg = config(cohort, ["F(N)", "FP(N)"])
+    cfg = cfg.model_copy(update={"deployment": cfg.deployment.model_copy(update={"sites": {}})})
+    path = tmp_path / "sim.toml"
+    path.write_text(to_toml(cfg))
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text('[superlink]\ndefault = "local-simulation"\n\n'
+                                      '[superlink.local-simulation]\naddress = ":local:"\n')
+    port = free_port()
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
+           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
+           "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_TMPDIR": str(tmp_path / "ray")}
+    out = tmp_path / "runs" / "sim"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "fedcare.cli", "flower", "run", str(path), "--federation", "local-simulation",
+             "--federation-config", "num-supernodes=3 client-resources-num-cpus=1",
+             "--data-dir", str(cohort), "--state-dir", str(tmp_path / "state"), "--out", str(out)],
+            env=env, capture_output=True, text=True, timeout=800, cwd=tmp_path)
+    finally:
+        for pid in _processes_with("flower-superlink", f"--port {port}"):
+            os.kill(pid, signal.SIGTERM)  # its superexec follows its parent
+        deadline = time.monotonic() + 20
+        while _processes_with(str(home)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for pid in _processes_with(str(home)):
+            os.kill(pid, signal.SIGKILL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    local = run_pain_experiment(cfg, tmp_path / "local")
+    got, expected = records(out, "test", "round"), records(local, "test", "round")
+    assert {r["method"] for r in expected} == {"F(N)", "FP(N)"} and got == expected
+    assert json.loads((out / "run.json").read_text())["sites"] == {"43": 43, "80": 80, "92": 92}
