@@ -5,9 +5,11 @@ the background is stopped by the test."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,9 +49,10 @@ def test_flwr_run_on_a_local_simulation_federation_equals_the_simulator(tmp_path
     (home / "config.toml").write_text('[superlink]\ndefault = "local-simulation"\n\n'
                                       '[superlink.local-simulation]\naddress = ":local:"\n')
     port = free_port()
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(port),
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
-           "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_TMPDIR": str(tmp_path / "ray")}
+           "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_TMPDIR": ray_tmp}
     out = tmp_path / "runs" / "sim"
     try:
         result = subprocess.run(
@@ -63,8 +66,9 @@ def test_flwr_run_on_a_local_simulation_federation_equals_the_simulator(tmp_path
         deadline = time.monotonic() + 20
         while _processes_with(str(home)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        for pid in _processes_with(str(home)):
+        for pid in _processes_with(str(home)) + _processes_with(ray_tmp):
             os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert result.returncode == 0, result.stdout + result.stderr
     local = run_pain_experiment(cfg, tmp_path / "local")
     got, expected = records(out, "test", "round"), records(local, "test", "round")

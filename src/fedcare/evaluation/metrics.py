@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from sklearn.metrics import average_precision_score, precision_recall_fscore_support, roc_auc_score
 
 METRIC_KEYS = ("acc", "pr_auc", "f1", "precision", "recall", "roc_auc")
 COUNT_KEYS = ("n", "positives", "tp", "tn", "fp", "fn")
@@ -43,6 +42,9 @@ def binary_metrics(y_true: np.ndarray, y_score: np.ndarray, threshold: float = 0
 
     Raises ValueError when the shapes differ or ``y_true`` holds values other than 0 and 1.
     """
+    # imported here: a site's ClientApp process (one per message on Flower) often needs no metrics
+    from sklearn.metrics import average_precision_score, precision_recall_fscore_support, roc_auc_score
+
     y = np.asarray(y_true).reshape(-1)
     s = np.asarray(y_score, dtype=np.float64).reshape(-1)
     if y.shape != s.shape:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedcare.algorithms.messages import ClientState, Message
+from fedcare.algorithms.messages import Message
 from fedcare.runtime.clients import (
     AfterAggregation,
     Evaluate,

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from fedcare.algorithms.training import ClientData
 from fedcare.data.transforms import four_variants, preprocess
-from fedcare.data.unbc import UnbcDataset, UnbcFrame, read_grey
+from fedcare.data.unbc import UnbcDataset, UnbcFrame, load_unbc, read_grey
 from fedcare.seeding import numpy_rng
+
+
+# Problems that make a frame unusable: a label without its image, an image without its label.
+FATAL_PROBLEMS = {"missing_pspi", "bad_pspi", "label_without_image"}
 
 
 class PainDataError(ValueError):
@@ -190,3 +195,23 @@ def pretraining_sets(
                 x = np.stack([cohort.sessions[subject][s].images[f, v] for _, s, f, v, _ in part])[:, None]
                 split[subject] = ClientData(torch.from_numpy(x), torch.from_numpy(part[:, 4].astype(np.float32)))
     return train, val
+
+
+def read_cohort(config, root: Path, subjects: list[int], progress: Callable[[str, int, int], None] | None = None) -> PainCohort:
+    """Read and preprocess `subjects` of the UNBC-McMaster copy at `root`; fails naming the
+    files that cannot be used."""
+    dataset = load_unbc(root, subjects=subjects)
+    fatal = [p for p in dataset.problems if p.kind in FATAL_PROBLEMS]
+    if fatal:
+        listed = "\n".join(f"  {p.kind}: {p.path} ({p.detail})" for p in fatal[:5])
+        more = f"\n  ... and {len(fatal) - 5} more" if len(fatal) > 5 else ""
+        raise PainDataError(
+            f"{root}: {len(fatal)} frame(s) cannot be used:\n{listed}{more}\n"
+            f"(`fedcare data summary unbc {root}` lists every problem)"
+        )
+    protocol, data = config.protocol, config.data
+    return build_cohort(
+        dataset, subjects, image_size=protocol.image_size, crop_ratio=protocol.crop_ratio,
+        pspi_threshold=data.pspi_threshold, drop_black_frames=data.drop_black_frames, augment_seed=data.augment_seed,
+        progress=(lambda d, t: progress("reading and augmenting frames", d, t)) if progress else None,
+    )

@@ -21,9 +21,8 @@ from fedcare.models.pain_cnn import PainCNN
 from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, SiteLink
 from fedcare.runtime.flower.site import SiteError
 from fedcare.runtime.simulation import Federation
-from fedcare.studies.pain.cohort import PainDataError, PainSite
+from fedcare.studies.pain.cohort import PainDataError, PainSite, read_cohort
 from fedcare.studies.pain.methods import Method, make_algorithm
-from fedcare.studies.pain.study import read_cohort
 
 
 def check_deployable(config: PainExperiment, name: str = "experiment") -> None:

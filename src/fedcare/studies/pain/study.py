@@ -16,13 +16,12 @@ from pathlib import Path
 from fedcare.algorithms.training import ClientData
 from fedcare.config import PainExperiment, to_toml
 from fedcare.data.synthetic.pain import generate_pain_cohort
-from fedcare.data.unbc import load_unbc
 from fedcare.models.pain_cnn import PainCNN, glorot_init
 from fedcare.report import build_report
 from fedcare.runtime.clients import LocalClients
 from fedcare.runtime.simulation import Federation, PhaseResult
 from fedcare.seeding import numpy_rng, torch_generator
-from fedcare.studies.pain.cohort import PainCohort, PainDataError, PainSite, build_cohort, pretraining_sets
+from fedcare.studies.pain.cohort import PainCohort, PainSite, pretraining_sets, read_cohort
 from fedcare.studies.pain.methods import Method, make_algorithm
 from fedcare.studies.rundir import (
     SYNTHETIC_DIR,
@@ -32,9 +31,6 @@ from fedcare.studies.rundir import (
     records_writer,
     write_run_info,
 )
-
-# Problems that make a frame unusable: a label without its image, an image without its label.
-FATAL_PROBLEMS = {"missing_pspi", "bad_pspi", "label_without_image"}
 
 
 class LocalRuntime:
@@ -200,26 +196,6 @@ def load_pain_data(config: PainExperiment, workdir: Path, progress: Progress | N
         root = data.root
     protocol = config.protocol
     return read_cohort(config, root, sorted(set(protocol.subjects) | set(protocol.pretrain_subjects)), progress)
-
-
-def read_cohort(config: PainExperiment, root: Path, subjects: list[int], progress: Progress | None = None) -> PainCohort:
-    """Read and preprocess `subjects` of the UNBC-McMaster copy at `root`; fails naming the
-    files that cannot be used."""
-    dataset = load_unbc(root, subjects=subjects)
-    fatal = [p for p in dataset.problems if p.kind in FATAL_PROBLEMS]
-    if fatal:
-        listed = "\n".join(f"  {p.kind}: {p.path} ({p.detail})" for p in fatal[:5])
-        more = f"\n  ... and {len(fatal) - 5} more" if len(fatal) > 5 else ""
-        raise PainDataError(
-            f"{root}: {len(fatal)} frame(s) cannot be used:\n{listed}{more}\n"
-            f"(`fedcare data summary unbc {root}` lists every problem)"
-        )
-    protocol, data = config.protocol, config.data
-    return build_cohort(
-        dataset, subjects, image_size=protocol.image_size, crop_ratio=protocol.crop_ratio,
-        pspi_threshold=data.pspi_threshold, drop_black_frames=data.drop_black_frames, augment_seed=data.augment_seed,
-        progress=(lambda d, t: progress("reading and augmenting frames", d, t)) if progress else None,
-    )
 
 
 def run_pain_experiment(
