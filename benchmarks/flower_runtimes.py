@@ -275,7 +275,7 @@ def ratio(x: float) -> str:
     return f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
-def table(bench: Bench, results: list[Result]) -> list[str]:
+def table(bench: Bench, results: list[Result], warm: float) -> list[str]:
     model = bench.new_model()
     sim = results[0]
     lines = [f"== {bench.model}: {type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} parameters; "
@@ -296,7 +296,7 @@ def table(bench: Bench, results: list[Result]) -> list[str]:
                      + ("bit-identical" if same else f"DIFFERENT, max |diff| = {diff:.3g}"))
     for r in results:
         if "clients" in r.notes:
-            lines += deployment_breakdown(r)
+            lines += deployment_breakdown(r, warm)
         elif "before main" in r.notes:
             lines.append(f"{r.runtime}: round 1 includes Ray's start-up and its {bench.clients} actors' imports "
                          f"(the ServerApp's main begins {r.notes['before main']:.2f} s after run_simulation, "
@@ -305,13 +305,18 @@ def table(bench: Bench, results: list[Result]) -> list[str]:
     return lines
 
 
-def deployment_breakdown(r: Result) -> list[str]:
+def deployment_breakdown(r: Result, warm: float) -> list[str]:
     n, s, clients = r.notes, r.notes["server"], r.notes["clients"]
     mean = lambda xs: statistics.mean(xs) if xs else float("nan")  # noqa: E731
     spawn = mean([c["start"] - c["process"] for c in clients if c["process"]])
     python_flwr = mean([c["loaded"] - c["process"] for c in clients if c["process"]])
     imports = mean([c["imported"] - c["loaded"] for c in clients])
     handler = mean([c["end"] - c["start"] for c in clients])
+    kinds: dict[str, list[float]] = {}  # exchange 0 greets, then fit and evaluate alternate
+    for k, group in enumerate(_exchanges(clients)):
+        kinds.setdefault("greeting" if k == 0 else ("fit", "evaluate")[(k - 1) % 2], []).extend(
+            c["end"] - c["start"] for c in group)
+    by_kind = ", ".join(f"{kind} {mean(times):.2f} s" for kind, times in kinds.items())
     exchange = (s["rounds"][-1] - s["started"]) / n["exchanges"]
     per_exchange_handler = mean([max(c["end"] - c["start"] for c in group) for group in _exchanges(clients)])
     lines = [f"{r.runtime}, where the time goes:"]
@@ -328,7 +333,8 @@ def deployment_breakdown(r: Result) -> list[str]:
         f"  per ClientApp message ({len(clients)}, each in a new process, {len({c['pid'] for c in clients})} pids): "
         f"process start -> handler {spawn:.2f} s (Python + Flower + pulling the message {python_flwr:.2f} s, "
         f"torch + fedcare imports "
-        f"{imports:.2f} s), handler {handler:.3f} s",
+        f"{imports:.2f} s), handler {handler:.2f} s ({by_kind}; in a new process, training includes torch.optim's "
+        f"first use, which imports torch._dynamo: {warm:.1f} s in this process)",
         f"  per exchange {exchange:.2f} s ~ slowest handler {per_exchange_handler:.3f} s + ClientApp process start "
         f"{spawn:.2f} s + {exchange - per_exchange_handler - spawn:.2f} s other (Flower's polling: an idle SuperNode "
         "pulls every 3 s, its SuperExec looks for work every 1 s, replies are pushed in 0.5 s steps)",
@@ -365,7 +371,7 @@ def main() -> None:
         try:
             for bench in benches:
                 results = [run_simulator(bench), run_ray(bench), deployment.run(bench)]
-                reports += ["", *table(bench, results)]
+                reports += ["", *table(bench, results, warm)]
         finally:
             deployment.close()
     print(f"\nsetup: {os.cpu_count()} CPU cores, torch {torch.__version__}, one thread per client; "

@@ -28,12 +28,9 @@ def flower_config(root: Path, **deployment) -> PainExperiment:
     })
 
 
-def test_records(run_dir: Path) -> list[dict]:
+def _records(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["type"] in ("test", "round")]
-
-
-test_records.__test__ = False  # a helper, not a test
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +60,7 @@ def test_pain_study_on_flower_equals_the_simulator(cohort, tmp_path):
     _run_on_flower(config, tmp_path / "flower")
     local = run_pain_experiment(config, tmp_path / "local")
     assert (tmp_path / "flower" / "report.html").is_file(), "the Flower run did not finish its run directory"
-    got, expected = test_records(tmp_path / "flower"), test_records(local)
+    got, expected = _records(tmp_path / "flower"), _records(local)
     assert len(expected) > 20 and {r["method"] for r in expected} == {"RANDOM", "F(N)", "FP(N)", "FL(N)"}
     assert got == expected  # every round's losses and every test metric, to the last bit
     info = json.loads((tmp_path / "flower" / "run.json").read_text())
