@@ -24,8 +24,6 @@ import argparse
 import json
 import os
 import re
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +37,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: Ray's actors and 
 import torch  # noqa: E402
 from flower_bench_app import RUN_CONFIG, Bench, bench_client_app, timed_server_app  # noqa: E402
 
+from fedcare.runtime.flower.processes import free_port, listening, stop_groups  # noqa: E402
 from fedcare.runtime.simulation import Federation  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -103,17 +102,6 @@ def run_ray(bench: Bench) -> Result:
                   {"before main": log["started"] - t0})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 APP_PYPROJECT = """\
 [build-system]
 requires = ["hatchling"]
@@ -160,7 +148,7 @@ class Deployment:
         try:
             self.start("superlink", ["superlink", "--insecure", "--address", f"127.0.0.1:{self.port}",
                                      "--database", str(root / "superlink.db")])
-            self.wait(lambda: _listening(self.port), "superlink", "the SuperLink did not start")
+            self.wait(lambda: listening(self.port), "superlink", "the SuperLink did not start")
             for site in sites:
                 data = root / "data" / site
                 data.mkdir(parents=True)  # unused: a factory site generates its data
@@ -242,21 +230,7 @@ class Deployment:
                       notes)
 
     def close(self) -> None:
-        for proc in self.processes.values():  # each in its own group: SuperExec and ClientApp processes too
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 15
-        for proc in self.processes.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_groups(self.processes.values())
         self.processes.clear()
 
 

@@ -8,24 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from fedcare.runtime.flower.processes import free_port, listening, stop_groups
+
 FEDERATION = "test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class Deployment:
@@ -68,7 +58,7 @@ class Deployment:
         self.start("superlink", ["flower", "superlink", "--certs", str(self.certs),
                                  "--address", f"127.0.0.1:{self.port}", "--database", str(self.root / "superlink.db")])
         deadline = time.monotonic() + 60
-        while not _listening(self.port):
+        while not listening(self.port):
             if self.processes["superlink"].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the SuperLink did not start:\n" + self.log("superlink"))
             time.sleep(0.2)
@@ -91,19 +81,5 @@ class Deployment:
         proc.wait(10)
 
     def close(self) -> None:
-        for proc in self.processes.values():
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 15
-        for proc in self.processes.values():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group (ClientApp processes)
-            except ProcessLookupError:
-                pass
+        stop_groups(self.processes.values())
         self.processes.clear()
