@@ -14,6 +14,7 @@ from deployment import Deployment
 
 from fedcare.config import PainExperiment, to_toml
 from fedcare.data.synthetic.pain import generate_pain_cohort
+from fedcare.runtime.flower.processes import free_port
 from fedcare.studies.pain.study import run_pain_experiment
 
 SITES = {"site-43": 43, "site-80": 80, "site-92": 92}
@@ -135,3 +136,17 @@ def test_a_site_without_a_registered_key_is_refused(deployment, cohort):
     proc.wait(60)
     assert proc.returncode != 0
     assert "Failed to activate SuperNode" in deployment.log("intruder")
+
+
+def test_a_site_that_does_not_trust_the_superlinks_certificate_is_refused(deployment, cohort):
+    other = deployment.root / "other-ca"
+    assert deployment.fedcare(["flower", "certs", str(other)]).returncode == 0  # a CA the SuperLink's certificate is not from
+    proc = deployment.start("wrong-ca", ["flower", "supernode", "--site", "site-43", "--data-dir", str(cohort),
+                                         "--state-dir", str(deployment.root / "state" / "wrong-ca"),
+                                         "--superlink", f"127.0.0.1:{deployment.port}",
+                                         "--root-certificates", str(other / "ca.crt"),
+                                         "--auth-key", str(deployment.certs / "keys" / "site-43"),
+                                         "--port", str(free_port())])
+    proc.wait(120)
+    assert proc.returncode != 0
+    assert "CERTIFICATE_VERIFY_FAILED" in deployment.log("wrong-ca")
