@@ -65,31 +65,31 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
     app = ClientApp()
     nodes: dict[tuple[int, int], SiteNode] = {}  # (run, node) -> the site's client, while this process lives
 
-    def node_for(context: Context) -> SiteNode:
-        key = (context.run_id, context.node_id)
-        if key not in nodes:
-            greeting = {}  # a plain Flower strategy does not greet
-            if GREETING in context.state.config_records:
-                greeting = json.loads(str(context.state.config_records[GREETING]["json"]))
-            node = SiteNode(open_site(greeting, context))
-            if not node.restore_from(context.state):  # a restarted SuperNode: resume from its state file
-                state_file = _state_file(context, node.site)
-                if state_file is not None:
-                    node.load(state_file)
-            nodes[key] = node
-        return nodes[key]
-
-    @app.query()
-    def hello(msg: Message, context: Context) -> Message:
-        greeting = dict(msg.content.config_records[HELLO])
-        site = open_site(greeting, context)  # fails here, naming the problem, before any training
-        context.state[GREETING] = ConfigRecord({"json": json.dumps(greeting)})
+    def open_node(site: StudySite, context: Context) -> SiteNode:
+        """The site's client, resumed from `Context.state`, else (a restarted SuperNode) from its state file."""
         node = SiteNode(site)
         if not node.restore_from(context.state):
             state_file = _state_file(context, site)
             if state_file is not None:
                 node.load(state_file)
         nodes[(context.run_id, context.node_id)] = node
+        return node
+
+    def node_for(context: Context) -> SiteNode:
+        node = nodes.get((context.run_id, context.node_id))
+        if node is None:
+            greeting = {}  # a plain Flower strategy does not greet
+            if GREETING in context.state.config_records:
+                greeting = json.loads(str(context.state.config_records[GREETING]["json"]))
+            node = open_node(open_site(greeting, context), context)
+        return node
+
+    @app.query()
+    def hello(msg: Message, context: Context) -> Message:
+        greeting = dict(msg.content.config_records[HELLO])
+        site = open_site(greeting, context)  # fails here, naming the problem, before any training
+        context.state[GREETING] = ConfigRecord({"json": json.dumps(greeting)})
+        open_node(site, context)
         answer = {"client": site.client, "site": _site_name(context, site), "summary": site.summary(),
                   "synthetic": bool(site.synthetic)}
         return Message(RecordDict({HELLO: ConfigRecord({"json": json.dumps(answer)})}), reply_to=msg)
