@@ -137,6 +137,7 @@ class PainSite:
         self.sessions = sessions
         self.per_class = per_class
         self._session_data: dict[int, ClientData] = {}
+        self._train: tuple[str, ClientData] | None = None
 
     def summary(self) -> dict:
         """What the protocol needs to know about a site, and no more: how many sessions it
@@ -155,12 +156,15 @@ class PainSite:
                 self._session_data[s] = self.sessions[s].as_client_data()
             return self._session_data[s]
         if kind == "train":
-            seed, upto = (int(x) for x in rest.split("/"))
-            last = min(upto, len(self.sessions) - 1)
-            data = balance(self.sessions, last, self.per_class, numpy_rng(seed, "balance", self.subject, last))
-            if data is None:
-                raise PainDataError(f"subject {self.subject}: no balanced training set up to session {last}")
-            return data
+            # every round of a phase asks for the same set (fit, then after-aggregation): keep the last one
+            if self._train is None or self._train[0] != ref:
+                seed, upto = (int(x) for x in rest.split("/"))
+                last = min(upto, len(self.sessions) - 1)
+                data = balance(self.sessions, last, self.per_class, numpy_rng(seed, "balance", self.subject, last))
+                if data is None:
+                    raise PainDataError(f"subject {self.subject}: no balanced training set up to session {last}")
+                self._train = (ref, data)
+            return self._train[1]
         raise ValueError(f"unknown pain data reference {ref!r}")
 
 
