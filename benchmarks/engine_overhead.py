@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from fedcare.algorithms import fedavg
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float
 from fedcare.models.pain_cnn import PainCNN, glorot_init
-from fedcare.runtime.simulation import Federation
+from fedcare.runtime.federation import Federation
 from fedcare.seeding import torch_generator
 
 

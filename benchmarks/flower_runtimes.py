@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from flower_bench_app import RUN_CONFIG, Bench, bench_client_app, timed_server_app  # noqa: E402
 
 from fedcare.runtime.flower.processes import free_port, listening, stop_groups  # noqa: E402
-from fedcare.runtime.simulation import Federation  # noqa: E402
+from fedcare.runtime.federation import Federation  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FEDERATION = "bench"

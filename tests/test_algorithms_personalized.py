@@ -15,7 +15,7 @@ from fedcare.algorithms.fedprox import fedprox, proximal_term, trainable_pairs
 from fedcare.algorithms.fedrep import fedrep
 from fedcare.algorithms.messages import Message
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings
-from fedcare.runtime.simulation import Federation
+from fedcare.runtime.federation import Federation
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
 RNG = Randomness(0, "t", 1, 1)
@@ -423,5 +423,5 @@ def test_every_algorithm_runs_a_short_federation_deterministically():
         for _ in range(2):
             federation = Federation(tiny_model(), make(), seed=3)
             info = federation.run_round("p", 1, data)
-            results.append((info["train_loss"], federation.predict(1, ClientData(data[1].x, data[1].y))[1]))
+            results.append((info["train_loss"], federation.evaluate({1: ClientData(data[1].x, data[1].y)}, "loss")[1]["loss"]))
         assert results[0] == results[1]

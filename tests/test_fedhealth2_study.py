@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import FedHealth2Experiment
-from fedcare.studies.fedhealth2.study import run_fedhealth2_experiment
+from fedcare.studies.fedhealth2.config import FedHealth2Experiment
+from fedcare.studies.run import run_study
 
 METHODS = ["local", "fedavg", "fedprox", "fedbn", "fedper", "fedap", "d-fedap", "f-fedap"]
 
@@ -31,7 +31,7 @@ def evals(run_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def pamap2_run(tmp_path_factory) -> Path:
-    return run_fedhealth2_experiment(small_config(), tmp_path_factory.mktemp("fh2") / "run")
+    return run_study(small_config(), tmp_path_factory.mktemp("fh2") / "run")
 
 
 def test_every_client_is_evaluated_every_round_for_every_method(pamap2_run):
@@ -64,13 +64,13 @@ def test_fedap_variants_start_from_the_pretrained_model_and_f_fedap_is_fedbn_unt
 
 
 def test_same_config_same_numbers(pamap2_run, tmp_path):
-    again = run_fedhealth2_experiment(small_config(), tmp_path / "again")
+    again = run_study(small_config(), tmp_path / "again")
     assert evals(again) == evals(pamap2_run)
 
 
 def test_xray_study_runs_on_synthetic_xrays(tmp_path):
     config = small_config("xray").model_copy(update={"methods": ["fedbn", "fedap"]})
-    run = run_fedhealth2_experiment(config, tmp_path / "x")
+    run = run_study(config, tmp_path / "x")
     records = evals(run)
     assert {r["method"] for r in records} == {"fedbn", "fedap"} and len(records) == 2 * 4 * 4
     assert json.loads((run / "run.json").read_text())["dataset"] == "xray"

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from deployment import Deployment
 
-from fedcare.config import PainExperiment, to_toml
+from fedcare.config import to_toml
 from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.runtime.flower.processes import free_port
-from fedcare.studies.pain.study import run_pain_experiment
+from fedcare.studies.pain.config import PainExperiment
+from fedcare.studies.run import run_study
 
 SITES = {"site-43": 43, "site-80": 80, "site-92": 92}
 
@@ -68,8 +69,8 @@ def test_fedavg_and_pfdl_across_three_sites_equal_the_simulator(deployment, coho
     cfg = config(cohort, ["F(N)", "FP(N)"])
     result, out = _run(deployment, cfg, "fedavg-pfdl")
     assert result.returncode == 0, result.stdout + result.stderr + deployment.log("superlink")
-    local = run_pain_experiment(cfg, tmp_path / "local")
-    got, expected = records(out, "test", "round"), records(local, "test", "round")
+    local = run_study(cfg, tmp_path / "local")
+    got, expected = records(out, "client_eval", "round"), records(local, "client_eval", "round")
     assert {r["method"] for r in expected} == {"F(N)", "FP(N)"} and len(expected) > 10
     assert got == expected  # every round's losses and every per-site test metric, bit for bit
     info = json.loads((out / "run.json").read_text())
@@ -126,8 +127,8 @@ def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, cohort):
     assert any(m["operation"] == "fit" and m["phase"] == "session-1" and m["round"] == 2 for m in missed), missed
     session_1 = [r["clients"] for r in records(out, "round") if r["phase"] == "session-1"]
     assert session_1[1] == session_1[0] - 1  # round 2 went on without it
-    last = max(r["session"] for r in records(out, "test"))
-    assert any(r["client"] == 80 and r["session"] == last for r in records(out, "test")), "site-80 did not rejoin"
+    last = max(r["session"] for r in records(out, "client_eval"))
+    assert any(r["client"] == 80 and r["session"] == last for r in records(out, "client_eval")), "site-80 did not rejoin"
     assert "Site &#x27;site-80&#x27; did not answer" in (out / "report.html").read_text()
 
 

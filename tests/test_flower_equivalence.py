@@ -42,7 +42,8 @@ from fedcare.algorithms.messages import Message
 from fedcare.algorithms.qfedavg import LOSS_AT_GLOBAL, QFedAvgClient, QFedAvgServer, qfedavg
 from fedcare.algorithms.server_optimizers import DEFAULTS, OptimizedServer, with_server_optimizer
 from fedcare.algorithms.training import Randomness, TrainSettings, predict
-from fedcare.runtime.simulation import Federation
+from fedcare.runtime.federation import Federation
+from fedcare.tasks import BINARY
 from flower_offline import StandInGrid, flower_round, run_flower, task_identity, to_record
 from tiny import tiny_data, tiny_model
 
@@ -373,7 +374,7 @@ def test_qfedavg_client_reports_the_loss_at_the_global_model():
     model, data = tiny_model(), tiny_data(5)
     message = algorithm.server.initial_message(model)
     state = algorithm.client.init_state(model)
-    _, expected = predict(copy.deepcopy(model), data)
+    _, expected = predict(copy.deepcopy(model), data, BINARY)
     rng = Randomness(0, "t", 1, 1)
     reply, _ = algorithm.client.fit(model, message, state, data, rng)
     plain, _ = ClientHalf(SETTINGS).fit(tiny_model(), message, state, data, rng)

@@ -48,7 +48,7 @@ from tiny import tiny_data, tiny_model
 from fedcare.algorithms import fedavg
 from fedcare.algorithms.training import TrainSettings
 from fedcare.runtime.flower import make_client_app
-from fedcare.runtime.simulation import Federation
+from fedcare.runtime.federation import Federation
 
 SEED = 11
 ROUNDS = 2

@@ -9,11 +9,12 @@ import pytest
 from flower_inprocess import InProcessBackend, simulation_backend
 from flwr.serverapp import ServerApp
 
-from fedcare.config import ConfigError, PainExperiment, to_toml
+from fedcare.config import ConfigError, to_toml
 from fedcare.data.synthetic.pain import generate_pain_cohort
-from fedcare.runtime.flower.app import client_app, open_site, run_experiment
-from fedcare.runtime.flower.site import SiteError
-from fedcare.studies.pain.study import run_pain_experiment
+from fedcare.deployment.app import client_app, open_site, run_experiment
+from fedcare.runtime.sites import SiteError
+from fedcare.studies.pain.config import PainExperiment
+from fedcare.studies.run import run_study
 
 SUBJECTS = [43, 80, 92]
 
@@ -30,7 +31,7 @@ def flower_config(root: Path, **deployment) -> PainExperiment:
 
 def _records(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["type"] in ("test", "round")]
+    return [r for r in map(json.loads, lines) if r["type"] in ("client_eval", "round")]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def _run_on_flower(config: PainExperiment, out: Path) -> None:
 def test_pain_study_on_flower_equals_the_simulator(cohort, tmp_path):
     config = flower_config(cohort)
     _run_on_flower(config, tmp_path / "flower")
-    local = run_pain_experiment(config, tmp_path / "local")
+    local = run_study(config, tmp_path / "local")
     assert (tmp_path / "flower" / "report.html").is_file(), "the Flower run did not finish its run directory"
     got, expected = _records(tmp_path / "flower"), _records(local)
     assert len(expected) > 20 and {r["method"] for r in expected} == {"RANDOM", "F(N)", "FP(N)", "FL(N)"}
@@ -69,7 +70,7 @@ def test_pain_study_on_flower_equals_the_simulator(cohort, tmp_path):
 
 def test_pooled_methods_are_refused_before_any_site_is_contacted(cohort):
     config = flower_config(cohort).model_copy(update={"methods": ["F(C)", "FL(N)"]})
-    from fedcare.runtime.flower.app import check_experiment
+    from fedcare.deployment.app import check_experiment
 
     with pytest.raises(ConfigError, match=r"F\(C\).*pooled data"):
         check_experiment(config, "x.toml")
@@ -83,7 +84,7 @@ class _Context:
 def test_a_site_fails_at_its_greeting_naming_the_problem(cohort, tmp_path):
     config = flower_config(cohort, sites={"hospital-a": 43, "hospital-b": 80})
     greeting = {"experiment": to_toml(config), "name": "x.toml"}
-    site = open_site(greeting, _Context({"site": "hospital-a", "data-dir": str(cohort)}))
+    site, _ = open_site(greeting, _Context({"site": "hospital-a", "data-dir": str(cohort)}))
     assert site.client == 43 and site.summary()["sessions"] >= 3
     with pytest.raises(SiteError, match="'hospital-z' is not in the experiment's .deployment.sites."):
         open_site(greeting, _Context({"site": "hospital-z", "data-dir": str(cohort)}))

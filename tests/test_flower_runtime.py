@@ -18,11 +18,11 @@ from fedcare.algorithms import fedap, feddg, fedavg, pfdl
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import TrainSettings
 from fedcare.runtime.flower import make_client_app, make_server_app
-from fedcare.runtime.flower.apps import client_id_from
-from fedcare.runtime.flower.site import SiteError
+from fedcare.runtime.flower.client_app import client_id_from
+from fedcare.runtime.sites import SiteError
 from fedcare.runtime.clients import Evaluate, Fit, Snapshot
 from fedcare.runtime.flower.records import Begin, decode_ops, decode_results, encode_ops, encode_results
-from fedcare.runtime.simulation import Federation
+from fedcare.runtime.federation import Federation
 
 SEED = 11
 PHASE = "train"  # the ServerApp's default phase: both runtimes derive generators from it

@@ -19,7 +19,7 @@ from test_flower_deploy import config, records
 
 from fedcare.config import to_toml
 from fedcare.data.synthetic.pain import generate_pain_cohort
-from fedcare.studies.pain.study import run_pain_experiment
+from fedcare.studies.run import run_study
 
 
 def _processes_with(*words: str) -> list[int]:
@@ -70,7 +70,7 @@ def test_flwr_run_on_a_local_simulation_federation_equals_the_simulator(tmp_path
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    local = run_pain_experiment(cfg, tmp_path / "local")
-    got, expected = records(out, "test", "round"), records(local, "test", "round")
+    local = run_study(cfg, tmp_path / "local")
+    got, expected = records(out, "client_eval", "round"), records(local, "client_eval", "round")
     assert {r["method"] for r in expected} == {"F(N)", "FP(N)"} and got == expected
     assert json.loads((out / "run.json").read_text())["sites"] == {"43": 43, "80": 80, "92": 92}

@@ -8,16 +8,13 @@ import numpy as np
 import pytest
 
 from fedcare.evaluation.metrics import binary_metrics
-from fedcare.evaluation.statistics import (
+from fedcare.evaluation.statistics import rank_sums, rank_units, read_records, weighted_mean_sd
+from fedcare.studies.pain.aggregate import (
     aggregate,
     load_test_records,
-    per_session_table,
-    per_subject_table,
-    rank_sums,
-    rank_units,
-    read_records,
-    summary_table,
-    weighted_mean_sd,
+    method_summaries,
+    per_session_values,
+    per_subject_values,
 )
 
 # -- binary_metrics -------------------------------------------------------------------
@@ -190,9 +187,9 @@ def test_aggregation_hand_computed():
     assert agg.rank_sums("session", "f1") == {"First": 0.0, "Second": 2.0}
 
     # the convenience helpers agree
-    assert [s.method for s in summary_table(_records())] == ["First", "Second"]
-    assert per_subject_table(_records(), "f1") == agg.per_subject["f1"]
-    assert per_session_table(_records(), "f1") == agg.per_session["f1"]
+    assert [s.method for s in method_summaries(_records())] == ["First", "Second"]
+    assert per_subject_values(_records(), "f1") == agg.per_subject["f1"]
+    assert per_session_values(_records(), "f1") == agg.per_session["f1"]
 
 
 def test_session_without_positives_is_nan():

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedcare.config import PainExperiment
-from fedcare.runtime.simulation import Federation, PhaseResult
-from fedcare.studies.pain.cohort import PainCohort, PainDataError, Session, balance, pretraining_sets
-from fedcare.studies.pain.study import LocalRuntime, PainStudy
+from fedcare.runtime.federation import Federation, PhaseResult
+from fedcare.runtime.local import LocalRuntime
+from fedcare.studies.pain.cohort import PainCohort, PainDataError, PainSite, Session, balance, pretraining_sets
+from fedcare.studies.pain.config import PainExperiment
+from fedcare.studies.pain.study import PainStudy
 
 
 def _session(value: int, labels: list[int], size: int = 16) -> Session:
@@ -92,15 +93,17 @@ def test_session_s_is_tested_then_validates_training_on_the_sessions_before_it(m
     records = []
     recorder = _Recorder()
     monkeypatch.setattr(Federation, "train_phase", recorder)
-    recorder.runtime = LocalRuntime(config, cohort)
-    study = PainStudy(config, recorder.runtime, records.append, None)
-    study.run()
-    assert study.test_sessions == [1, 2, 3]
+    study = PainStudy(config)
+    sites = {k: PainSite(k, cohort.sessions[k], 4, True) for k in (1, 2)}
+    recorder.runtime = LocalRuntime(sites, study.algorithm, synthetic=True, local_data=cohort)
+    protocol = study.protocol(recorder.runtime, records.append, None)
+    protocol.run()
+    assert protocol.test_sessions == [1, 2, 3]
     # after testing session s, train on sessions <= s-1 and validate on session s; nothing after the last
     assert [p[0] for p in recorder.phases] == ["session-1", "session-2"]
     _, train1, val1 = recorder.phases[0]
     assert train1 == {1: {0}, 2: {0}} and val1 == {1: {1}, 2: {1}}
     _, train2, val2 = recorder.phases[1]
     assert train2[1] <= {0, 1} and train2[2] <= {0, 1} and val2 == {1: {2}}  # subject 2 has no session 2
-    tests = [(r["session"], r["client"]) for r in records if r["type"] == "test"]
+    tests = [(r["session"], r["client"]) for r in records if r["type"] == "client_eval"]
     assert tests == [(1, 1), (1, 2), (2, 1), (3, 1)]

@@ -9,11 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import PainExperiment, load_config
+from fedcare.config import load_config
 from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
 from fedcare.studies.pain.cohort import PainDataError
-from fedcare.studies.pain.study import run_pain_experiment
+from fedcare.studies.pain.config import PainExperiment
+from fedcare.studies.run import run_study
 from fedcare.studies.rundir import RunDirectoryExists
 
 GOLDEN = Path(__file__).parent / "golden" / "pain_small.json"
@@ -34,12 +35,12 @@ def small_config(root: Path | None = None, **train) -> PainExperiment:
 
 def records_of(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["type"] == "test"]
+    return [r for r in map(json.loads, lines) if r["type"] == "client_eval"]
 
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
-    return run_pain_experiment(small_config(), tmp_path_factory.mktemp("run") / "small")
+    return run_study(small_config(), tmp_path_factory.mktemp("run") / "small")
 
 
 def test_run_directory_holds_config_metrics_tables_plots_and_report(small_run):
@@ -86,14 +87,14 @@ def _nan(v) -> bool:
 
 
 def test_same_seed_gives_identical_metrics(small_run, tmp_path):
-    again = run_pain_experiment(small_config(), tmp_path / "again")
+    again = run_study(small_config(), tmp_path / "again")
     assert records_of(again) == records_of(small_run)
 
 
 def test_existing_run_directory_is_never_overwritten(small_run):
     before = (small_run / "metrics.jsonl").read_bytes()
     with pytest.raises(RunDirectoryExists, match="already exists"):
-        run_pain_experiment(small_config(), small_run)
+        run_study(small_config(), small_run)
     assert (small_run / "metrics.jsonl").read_bytes() == before
 
 
@@ -130,7 +131,7 @@ def test_bad_input_names_the_path_and_leaves_no_run_directory(cohort_root, tmp_p
     damage(root)
     out = tmp_path / "run"
     with pytest.raises(error) as info:
-        run_pain_experiment(small_config(root), out)
+        run_study(small_config(root), out)
     assert str(root) in str(info.value)
     assert not out.exists() and not out.with_name("run.partial").exists()
 
@@ -138,7 +139,7 @@ def test_bad_input_names_the_path_and_leaves_no_run_directory(cohort_root, tmp_p
 def test_wrong_layout_fails_before_training(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UnbcLayoutError, match="empty"):
-        run_pain_experiment(small_config(tmp_path / "empty"), tmp_path / "run")
+        run_study(small_config(tmp_path / "empty"), tmp_path / "run")
     assert not (tmp_path / "run").exists() and not (tmp_path / "run.partial").exists()
 
 

@@ -23,7 +23,7 @@ from fedcare.data.pamap2 import (
     read_pamap2_file,
 )
 from fedcare.data.synthetic.pamap2 import generate_pamap2
-from fedcare.data.unbc import SYNTHETIC_MARKER
+from fedcare.data.common import SYNTHETIC_MARKER
 from fedcare.models.har_cnn import HarCNN
 
 REAL_FIRST_ROW = (

@@ -15,11 +15,13 @@ from fedcare.algorithms.perfedavg import (
     perfedavg,
     sample_step_batches,
 )
-from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, task_loss
-from fedcare.runtime.simulation import Federation
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings
+from fedcare.runtime.federation import Federation
+from fedcare.tasks import BINARY
 from tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
+LOSS = BINARY.batch_loss(None)  # the binary task's loss, whatever the data
 
 
 class SmoothMLP(nn.Module):
@@ -45,7 +47,7 @@ def _exact_hvp(model, params, vector, batch):
     names = list(params)
 
     def loss(*p):
-        return task_loss(functional_call(model, dict(zip(names, p)), (batch.x,)), batch.y)
+        return BINARY.loss(functional_call(model, dict(zip(names, p)), (batch.x,)), batch.y)
 
     _, hv = torch.autograd.functional.hvp(loss, tuple(params[k] for k in names), tuple(vector))
     return list(hv)
@@ -59,7 +61,7 @@ def _rel_error(approx, exact):
 
 def _gradient_vector(model, params, batch):
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-    loss = task_loss(functional_call(model, leaves, (batch.x,)), batch.y)
+    loss = BINARY.loss(functional_call(model, leaves, (batch.x,)), batch.y)
     return [g.detach() for g in torch.autograd.grad(loss, list(leaves.values()))]
 
 
@@ -79,8 +81,8 @@ def test_finite_difference_hvp_matches_torch_exact_hvp_and_degrades_with_large_d
     vector = _gradient_vector(model, params, d1) if kind == "gradient" else _unit_random_vector(params)
     exact = _exact_hvp(model, params, vector, d2)
     assert sum(e.abs().sum() for e in exact) > 1e-2  # a nonzero reference
-    small = _rel_error(finite_difference_hvp(model, params, vector, d2, delta=1e-3), exact)
-    large = _rel_error(finite_difference_hvp(model, params, vector, d2, delta=1.0), exact)
+    small = _rel_error(finite_difference_hvp(model, params, vector, d2, delta=1e-3, loss=LOSS), exact)
+    large = _rel_error(finite_difference_hvp(model, params, vector, d2, delta=1.0, loss=LOSS), exact)
     assert small < 1e-5
     assert large > 1000 * small and large > 1e-3  # the O(δ²) truncation error shows up
     # the model itself is untouched
@@ -92,7 +94,7 @@ def test_finite_difference_hvp_leaves_batchnorm_statistics_untouched():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     params = {k: p.detach().clone() for k, p in model.named_parameters()}
     vector = [torch.ones_like(p) for p in params.values()]
-    finite_difference_hvp(model, params, vector, tiny_data(1, n=8), delta=1e-3)
+    finite_difference_hvp(model, params, vector, tiny_data(1, n=8), delta=1e-3, loss=LOSS)
     after = model.state_dict()
     assert all(torch.equal(after[k], before[k]) for k in before)
 
@@ -108,7 +110,7 @@ def _float_data(seed, n):
 
 def _grad(model, batch):
     """∇f on `batch` with the model's current weights (a plain forward/backward, train mode)."""
-    loss = task_loss(model(batch.x), batch.y)
+    loss = BINARY.loss(model(batch.x), batch.y)
     return torch.autograd.grad(loss, list(model.parameters()))
 
 
@@ -227,7 +229,8 @@ def test_adapt_takes_plain_sgd_steps_at_alpha():
         grads = _grad(expected, data)
         _set(expected, [p.detach() - 0.05 * g for p, g in zip(expected.parameters(), grads)])
     model.eval()
-    out = adapt(model, data, alpha=0.05, steps=2, generator=torch.Generator().manual_seed(0), batch_size=len(data))
+    settings = TrainSettings(lr=0.05, batch_size=len(data))
+    out = adapt(model, data, settings, steps=2, generator=torch.Generator().manual_seed(0))
     assert out is model and not model.training  # mode restored
     for p, e in zip(model.parameters(), expected.parameters()):
         assert torch.allclose(p, e, rtol=0, atol=1e-12)

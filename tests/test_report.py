@@ -7,8 +7,11 @@ import random
 
 import pytest
 
-from fedcare.evaluation.statistics import aggregate, read_records
-from fedcare.report import SYNTHETIC_BANNER, build_report, format_summary_markdown, summary_rows
+from fedcare.evaluation.statistics import read_records
+from fedcare.report import SYNTHETIC_BANNER
+from fedcare.studies.pain.aggregate import aggregate
+from fedcare.studies.pain.report import format_summary_markdown, summary_rows
+from fedcare.studies.run import build_report
 
 METHODS = ["RANDOM", "A<B>", "F(C)"]
 SUBJECTS = [43, 48, 52]

@@ -4,7 +4,7 @@ import torch
 
 from fedcare.algorithms import centralized, fedavg, pfdl
 from fedcare.algorithms.training import TrainSettings
-from fedcare.runtime.simulation import Federation
+from fedcare.runtime.federation import Federation
 from tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)

@@ -1,3 +1,3 @@
 """fedcare: personalized, privacy-preserving federated learning on healthcare data."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
-from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fedcare.data.cli import data_app
-from fedcare.runtime.flower.cli import flower_app
+from fedcare.deployment.cli import flower_app
+from fedcare.studies import registry
 
 app = typer.Typer(help="fedcare: personalized, privacy-preserving federated learning on healthcare data.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -21,15 +22,8 @@ app.add_typer(data_app, name="data")
 app.add_typer(flower_app, name="flower")
 console = Console(stderr=True)
 
-DEMO_CONFIGS = {"pain": "pain/demo.toml", "fedhealth2": "fedhealth2/demo.toml"}
-
-
-def packaged_config(name: str) -> Path:
-    return Path(str(files("fedcare") / "configs" / name))
-
-
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -41,12 +35,10 @@ def _progress() -> Progress:
 
 
 def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_partial: bool) -> Path:
-    from fedcare.config import ConfigError, FedHealth2Experiment, load_config
-    from fedcare.data.pamap2 import Pamap2FormatError, Pamap2LayoutError
-    from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
-    from fedcare.data.xray import XrayImageError, XrayLayoutError
-    from fedcare.studies.pain.cohort import PainDataError
+    from fedcare.config import ConfigError, load_config
+    from fedcare.data.common import DataError
     from fedcare.studies.rundir import RunDirectoryExists
+    from fedcare.studies.run import run_study
 
     try:
         config = load_config(config_path, overrides)
@@ -63,22 +55,17 @@ def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_part
                 tasks[key] = progress.add_task(description, total=total)
             progress.update(tasks[key], completed=done, total=total, description=description)
 
-        if isinstance(config, FedHealth2Experiment):
-            from fedcare.studies.fedhealth2.study import run_fedhealth2_experiment as runner
-        else:
-            from fedcare.studies.pain.study import run_pain_experiment as runner
         try:
-            return runner(config, out, config_file=str(config_path), progress=report, keep_partial=keep_partial)
-        except (RunDirectoryExists, PainDataError, UnbcLayoutError, UnbcImageError, XrayLayoutError, XrayImageError,
-                Pamap2LayoutError, Pamap2FormatError, FileExistsError) as e:
+            return run_study(config, out, config_file=str(config_path), progress=report, keep_partial=keep_partial)
+        except (RunDirectoryExists, DataError, FileExistsError) as e:
             progress.stop()
             _fail(str(e))
 
 
 def _print_summary(run_dir: Path) -> None:
-    from fedcare.report import format_summary_markdown, summary_rows
+    from fedcare.studies.run import summary_markdown
 
-    print(format_summary_markdown(summary_rows(run_dir)))
+    print(summary_markdown(run_dir))
     print(f"\nReport: {(run_dir / 'report.html').resolve()}")
 
 
@@ -95,23 +82,27 @@ def run(
 
 @app.command()
 def demo(
-    study: Annotated[str, typer.Argument(help="pain (default): the pain study; fedhealth2: FedHealth 2 on synthetic PAMAP2.")] = "pain",
+    study: Annotated[str, typer.Argument(help=f"The study to run on generated synthetic data: {', '.join(registry.names())} "
+                                              "(default pain).")] = "pain",
     out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/demo-<study>-<time>).")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override a key of the demo config (repeatable).")] = [],
 ) -> None:
     """A complete study on built-in synthetic data in minutes (pain by default)."""
-    if study not in DEMO_CONFIGS:
-        _fail(f"unknown demo {study!r}: choose one of {', '.join(DEMO_CONFIGS)}")
+    if study not in registry.names():
+        _fail(f"unknown demo {study!r}: choose one of {', '.join(registry.names())}")
+    config = registry.get(study).demo_config()
+    if config is None:
+        _fail(f"the {study} study has no demo")
     if out is None:
         out = Path("runs") / f"demo-{study}-{datetime.now():%Y%m%d-%H%M%S}"
     console.print(f"[bold]fedcare demo {study}[/]: generating synthetic data and running the study.")
-    _print_summary(_run(packaged_config(DEMO_CONFIGS[study]), set_, out, keep_partial=False))
+    _print_summary(_run(config, set_, out, keep_partial=False))
 
 
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by `fedcare run` or `fedcare demo`.")]) -> None:
     """Rebuild the tables, plots and report.html of a run directory from its metrics.jsonl."""
-    from fedcare.report import build_report
+    from fedcare.studies.run import build_report
 
     if not (run_dir / "metrics.jsonl").is_file():
         _fail(f"{run_dir}: not a run directory (no metrics.jsonl)")

@@ -1,16 +1,19 @@
-"""Experiment files: TOML validated by pydantic. Unknown or mistyped keys are errors naming the key."""
+"""Experiment files: TOML validated by pydantic. Unknown or mistyped keys are errors naming the key.
+
+Every experiment names its study (`study = "pain"`, the default for files that do not say)
+and is validated by that study's config model, found in the study registry
+(`fedcare.studies.registry`). What every study's config has is `Experiment` below: title,
+seeds, methods, `[runtime]` and `[deployment]`.
+"""
 
 from __future__ import annotations
 
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
-
-from fedcare.data.unbc import THESIS_GROUP1, THESIS_GROUP2
-METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL)\((N|C|F)\))$")
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -21,58 +24,6 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SyntheticPainData(Strict):
-    """Options of the synthetic UNBC-layout cohort generated into the run directory."""
-
-    seed: int = 0
-    subjects: list[int] | None = None
-    frame_scale: float = Field(0.05, gt=0)
-    image_size: int = Field(64, ge=16)
-    min_frames_per_sequence: int = Field(8, ge=1)
-
-
-class PainData(Strict):
-    root: Path | None = None  # a UNBC-McMaster copy; relative paths resolve against the config's folder
-    synthetic: SyntheticPainData | None = None
-    pspi_threshold: float = 1.0  # pain = PSPI >= threshold (thesis: 1)
-    drop_black_frames: bool = True  # the archive has pure-black frames (e.g. subject 095)
-    augment_seed: int = 0  # rotation directions; fixed across run seeds, as the thesis augmented once on disk
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "PainData":
-        if (self.root is None) == (self.synthetic is None):
-            raise ValueError("give exactly one of data.root (a UNBC-McMaster copy) or [data.synthetic]")
-        return self
-
-
-class PainProtocol(Strict):
-    pretrain_subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP1))  # thesis Group 1
-    subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP2))  # thesis Group 2
-    image_size: int = Field(215, ge=16)
-    crop_ratio: float = Field(215 / 250, gt=0.5, le=1)
-    balance_per_class: int = Field(200, ge=1)  # SessionBalancing T
-    pretrain_val_fraction: float = Field(0.2, gt=0, lt=1)
-    last_session: int | None = None  # test sessions 1..last (default: every session present)
-
-
-class Train(Strict):
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(32, ge=2)
-    local_epochs: int = Field(5, ge=1)
-    max_rounds: int = Field(30, ge=1)  # per session; an epoch for centralized training
-    patience: int = Field(5, ge=1)
-    pretrain_max_rounds: int = Field(30, ge=1)
-    pretrain_patience: int = Field(5, ge=1)
-    aggregation: Literal["examples", "uniform"] = "uniform"  # thesis code: unweighted np.mean
-    client_fraction: float = Field(1.0, gt=0, le=1)
-
-
-class PFDLOptions(Strict):
-    finetune_epochs: int = Field(5, ge=0)  # F
-    lr_factor: float = Field(10.0, gt=0)  # fine-tuning runs at lr / lr_factor
-    shared_paths: list[str] = Field(default_factory=lambda: ["features"])
-
-
 class Runtime(Strict):
     threads: int | None = Field(None, ge=1)  # torch CPU threads; default: torch's choice
 
@@ -80,115 +31,52 @@ class Runtime(Strict):
 class Deployment(Strict):
     """How the experiment runs across sites on Flower (ignored by the in-process simulator)."""
 
-    # site name (a SuperNode's --node-config site="...") -> the client it is (pain: subject id);
-    # empty: a site's name is its client id, e.g. site="43"
-    sites: dict[str, int] = Field(default_factory=dict)
+    # site name (a SuperNode's --node-config site="...") -> the client it is (pain: a subject
+    # id); empty: a site's name is its client id, e.g. site="43"
+    sites: dict[str, int | str] = Field(default_factory=dict)
     min_sites: int = Field(1, ge=1)  # an exchange goes ahead when at least this many sites answered
     round_timeout: float = Field(600.0, gt=0)  # seconds to wait for the sites' replies to one exchange
     connect_timeout: float = Field(300.0, gt=0)  # seconds to wait for every site at the start
 
     @field_validator("sites")
     @classmethod
-    def _distinct(cls, sites: dict[str, int]) -> dict[str, int]:
+    def _distinct(cls, sites: dict[str, int | str]) -> dict[str, int | str]:
         clients = list(sites.values())
         if len(set(clients)) != len(clients):
             raise ValueError("two sites are mapped to the same client")
         return sites
 
 
-class PainExperiment(Strict):
-    title: str = "fedcare pain study"
-    study: Literal["pain"] = "pain"
-    seeds: list[int] = Field(default_factory=lambda: list(range(123, 133)), min_length=1)
-    methods: list[str] = Field(min_length=1)
-    data: PainData
-    protocol: PainProtocol = PainProtocol()
-    train: Train = Train()
-    pfdl: PFDLOptions = PFDLOptions()
-    runtime: Runtime = Runtime()
-    deployment: Deployment = Deployment()
-
-    @field_validator("methods")
-    @classmethod
-    def _methods(cls, methods: list[str]) -> list[str]:
-        for m in methods:
-            if not METHOD_PATTERN.match(m):
-                raise ValueError(
-                    f"unknown method {m!r}: use RANDOM, BC, BF or C/F/FP/FL with an init N, C or F, e.g. 'FP(C)'"
-                )
-        if len(set(methods)) != len(methods):
-            raise ValueError("methods are listed twice")
-        return methods
-
-
-FEDHEALTH2_METHODS = ("local", "fedavg", "fedprox", "fedbn", "fedper", "fedap", "d-fedap", "f-fedap")
-
-
-class FedHealth2Synthetic(Strict):
-    """Generator options: PAMAP2 (`subjects`, `seconds_per_activity`) or X-ray (`scale`, `image_size`)."""
-
-    seed: int = 0
-    subjects: int = Field(9, ge=2)
-    seconds_per_activity: float = Field(30.0, gt=0)
-    scale: float = Field(0.05, gt=0)
-    image_size: int = Field(64, ge=16)
-
-
-class FedHealth2Data(Strict):
-    dataset: Literal["pamap2", "xray"]
-    root: Path | None = None  # a PAMAP2 or Sait et al. copy; relative to the config's folder
-    synthetic: FedHealth2Synthetic | None = None
+class DataSource(Strict):
+    """A study's `[data]`: a copy of the dataset (`root`) or a synthetic one generated into the
+    run directory (`[data.synthetic]`), exactly one of them. Subclasses give both fields."""
 
     @model_validator(mode="after")
-    def _one_source(self) -> "FedHealth2Data":
+    def _one_source(self) -> "DataSource":
         if (self.root is None) == (self.synthetic is None):
-            raise ValueError("give exactly one of data.root or [data.synthetic]")
+            raise ValueError("give exactly one of data.root (a copy of the dataset) or [data.synthetic]")
         return self
 
 
-class FedHealth2Protocol(Strict):
-    clients: int = Field(20, ge=2)
-    dirichlet_alpha: float = Field(0.1, gt=0)  # [code] non_iid_alpha
-    test_fraction: float = Field(0.5, gt=0, lt=1)  # 50/50 per client (paper)
-    pretrain_fraction: float = Field(0.2, gt=0, lt=1)  # FedAP's pretrained model: a random 20% (paper)
-    window: int = Field(200, ge=8)  # PAMAP2: 2 s at 100 Hz (the HAR CNN's flatten size implies T = 200)
-    step: int = Field(100, ge=1)  # PAMAP2 window stride
-    image_size: int = Field(64, ge=63)  # X-ray input side (AlexNet needs >= 63)
+class Experiment(Strict):
+    """What every study's experiment has; a study's config model extends it (and narrows
+    `study` to its name, `methods` to its methods)."""
 
-
-class FedHealth2Train(Strict):
-    lr: float = Field(1e-2, gt=0)
-    batch_size: int = Field(32, ge=2)
-    local_epochs: int = Field(1, ge=1)
-    rounds: int = Field(20, ge=1)
-    pretrain_epochs: int = Field(10, ge=1)
-    aggregation: Literal["examples", "uniform"] = "examples"
-    hidden: int = Field(4096, ge=8)  # AlexNet's FC width (X-ray)
-
-
-class FedHealth2Options(Strict):
-    fedprox_mu: float = Field(1e-3, ge=0)  # [code] mu = 1e-3
-    fedprox_squared: bool = True  # paper: (mu/2)||w - w_g||^2; the code used the unsquared norm
-    fedper_private: list[str] = Field(default_factory=lambda: ["classifier"])
-    fedap_lambda: float = Field(0.5, ge=0, le=1)  # [code] model_momentum
-    ffedap_warmup_rounds: int = Field(5, ge=1)  # FedBN rounds before f-FedAP's weights (paper: "several")
-
-
-class FedHealth2Experiment(Strict):
-    title: str = "fedcare FedHealth 2 study"
-    study: Literal["fedhealth2"]
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    methods: list[Literal[FEDHEALTH2_METHODS]] = Field(min_length=1)  # type: ignore[valid-type]
-    data: FedHealth2Data
-    protocol: FedHealth2Protocol = FedHealth2Protocol()
-    train: FedHealth2Train = FedHealth2Train()
-    options: FedHealth2Options = FedHealth2Options()
+    title: str = "fedcare experiment"
+    study: str
+    seeds: list[int] = Field(min_length=1)
+    methods: list[str] = Field(min_length=1)
     runtime: Runtime = Runtime()
     deployment: Deployment = Deployment()
 
-
-Experiment = Annotated[Union[PainExperiment, FedHealth2Experiment], Field(discriminator="study")]
-_EXPERIMENT = TypeAdapter(Experiment)
+    def relative_to(self, folder: Path) -> "Experiment":
+        """The config with a relative `data.root` resolved against `folder` (the config
+        file's folder). Studies whose data are found otherwise override this."""
+        data = getattr(self, "data", None)
+        root = getattr(data, "root", None)
+        if root is None or Path(root).is_absolute():
+            return self
+        return self.model_copy(update={"data": data.model_copy(update={"root": folder / root})})
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
@@ -209,7 +97,7 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: Path | str, overrides: list[str] | None = None) -> PainExperiment | FedHealth2Experiment:
+def load_config(path: Path | str, overrides: list[str] | None = None) -> Experiment:
     path = Path(path)
     try:
         text = path.read_text()
@@ -218,9 +106,11 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> PainExp
     return parse_config(text, path, overrides)
 
 
-def parse_config(text: str, path: Path | str, overrides: list[str] | None = None) -> PainExperiment | FedHealth2Experiment:
-    """Validate an experiment given as TOML text; `path` names it in errors and anchors
-    relative data paths."""
+def parse_config(text: str, path: Path | str, overrides: list[str] | None = None) -> Experiment:
+    """Validate an experiment given as TOML text with its study's config model; `path` names
+    it in errors and anchors relative data paths."""
+    from fedcare.studies import registry
+
     path = Path(path)
     try:
         raw = tomllib.loads(text)
@@ -228,23 +118,29 @@ def parse_config(text: str, path: Path | str, overrides: list[str] | None = None
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     for assignment in overrides or []:
         apply_override(raw, assignment)
-    raw.setdefault("study", "pain")
+    name = raw.setdefault("study", registry.DEFAULT_STUDY)
     try:
-        config = _EXPERIMENT.validate_python(raw)
-    except ValidationError as e:  # locations start with the study tag ("pain."): drop it
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'][1:]) or '(top level)'}: {err['msg']}" for err in e.errors()
-        )
+        study = registry.get(str(name))
+    except registry.UnknownStudy as e:
+        raise ConfigError(f"{path}: study: {e}") from None
+    try:
+        config = study.config_model.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+                             for err in e.errors())
         raise ConfigError(f"{path}: {problems}") from None
-    root = config.data.root
-    if root is not None and not root.is_absolute():
-        config = config.model_copy(update={"data": config.data.model_copy(update={"root": path.parent / root})})
-    return config
+    return config.relative_to(path.parent)
+
+
+LAST_TABLES = ("runtime", "deployment")  # written after the study's own tables
 
 
 def to_toml(config: BaseModel) -> str:
     """The resolved config as TOML (written into every run directory)."""
-    return _toml_table(config.model_dump(mode="json", exclude_none=True), [])
+    dumped = config.model_dump(mode="json", exclude_none=True)
+    ordered = {k: v for k, v in dumped.items() if k not in LAST_TABLES}
+    ordered.update({k: dumped[k] for k in LAST_TABLES if k in dumped})
+    return _toml_table(ordered, [])
 
 
 def _toml_value(v: Any) -> str:
@@ -257,10 +153,14 @@ def _toml_value(v: Any) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
+
+
 def _toml_table(d: dict[str, Any], prefix: list[str]) -> str:
-    lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
     out = "\n".join(lines) + ("\n" if lines else "")
     for k, v in d.items():
         if isinstance(v, dict):
-            out += f"\n[{'.'.join(prefix + [k])}]\n" + _toml_table(v, prefix + [k])
+            out += f"\n[{'.'.join(_toml_key(p) for p in prefix + [k])}]\n" + _toml_table(v, prefix + [k])
     return out

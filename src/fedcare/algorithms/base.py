@@ -15,9 +15,11 @@ from torch import nn
 
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit, load_tensors
-from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, train_epochs
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, predict, train_epochs
 
-ClientId = object  # any sortable id: the pain study uses subject numbers
+# A client's id: a number (the pain study's subjects) or a name (a site); ids of one
+# federation are all of one kind, so they sort (aggregation runs in sorted client order).
+ClientId = int | str
 
 NUM_EXAMPLES = "num_examples"
 TRAIN_LOSS = "train_loss"
@@ -51,11 +53,7 @@ class ClientHalf:
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
     ) -> tuple[Message, ClientState]:
         self.load(model, message, state).train()
-        s = self.settings
-        loss = train_epochs(
-            model, model.parameters(), data, epochs=s.local_epochs, lr=s.lr, batch_size=s.batch_size,
-            generator=rng.torch("fit-order"),
-        )
+        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"))
         return self.outgoing(model, len(data), loss)
 
     def after_aggregation(
@@ -75,6 +73,13 @@ class ClientHalf:
     def receive_setup(self, message: Message, state: ClientState) -> ClientState:
         """Takes the server's setup answer (e.g. the amplitude bank) into the client's state."""
         return state
+
+    def evaluate(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, metrics: str) -> dict:
+        """The metrics `metrics` (a kind the task knows, e.g. "binary") of the model this client
+        would use, computed here on its own data: only the metrics leave the client."""
+        task = self.settings.task
+        scores, loss = predict(self.load(model, message, state), data, task)
+        return task.metrics(metrics, scores, loss, data)
 
 
 class ServerHalf:

@@ -64,11 +64,8 @@ class FedDGClient(ClientHalf):
     def fit(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness):
         self.load(model, message, state).train()
         bank = state.get(BANK, torch.zeros(0))
-        s = self.settings
-        loss = train_epochs(
-            model, model.parameters(), data, epochs=s.local_epochs, lr=s.lr, batch_size=s.batch_size,
-            generator=rng.torch("fit-order"), batch_transform=lambda x, g: amplitude_mix(x, bank, self.p, g),
-        )
+        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"),
+                            batch_transform=lambda x, g: amplitude_mix(x, bank, self.p, g))
         reply, _ = self.outgoing(model, len(data), loss)
         return reply, state  # FedAvg shares every model tensor; the bank is the only state
 

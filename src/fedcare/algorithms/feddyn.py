@@ -96,11 +96,8 @@ class FedDynClient(ClientHalf):
             proximal = sum((p - prev).pow(2).sum() for p, prev in pairs)
             return (alpha / 2) * proximal - linear
 
-        s = self.settings
-        loss = train_epochs(
-            model, model.parameters(), data, epochs=s.local_epochs, lr=s.lr, batch_size=s.batch_size,
-            generator=rng.torch("fit-order"), penalty=penalty,
-        )
+        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"),
+                            penalty=penalty)
         reply, private = self.outgoing(model, len(data), loss)
         new_state = {k: v for k, v in state.items() if k.startswith(EXTRA) and not k.startswith(GRADIENT)}
         new_state.update(private)

@@ -83,11 +83,8 @@ class FedProxClient(ClientHalf):
         if self.mu > 0:
             pairs = trainable_pairs(model, message.tensors)
             penalty = lambda: proximal_term(pairs, self.mu, self.squared)
-        s = self.settings
-        loss = train_epochs(
-            model, model.parameters(), data, epochs=s.local_epochs, lr=s.lr, batch_size=s.batch_size,
-            generator=rng.torch("fit-order"), penalty=penalty,
-        )
+        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"),
+                            penalty=penalty)
         return self.outgoing(model, len(data), loss)
 
 

@@ -39,12 +39,7 @@ from fedcare.algorithms.base import Algorithm, ClientHalf, ServerHalf
 from fedcare.algorithms.fedper import DEFAULT_HEAD, head_split
 from fedcare.algorithms.split import ParameterSplit
 from fedcare.algorithms.messages import ClientState, Message
-from fedcare.algorithms.training import (
-    ClientData,
-    Randomness,
-    TrainSettings,
-    train_epochs,
-)
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, train_epochs
 
 
 def _ancestors(path: str) -> set[str]:
@@ -92,16 +87,13 @@ class FedRepClient(ClientHalf):
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
     ) -> tuple[Message, ClientState]:
         self.load(model, message, state).train()
-        s = self.settings
         loss = float("nan")
         for part, epochs in (("head", self.head_epochs), ("body", self.body_epochs)):
             if epochs == 0:
                 continue
             with train_only(model, self.split, part) as params:
-                loss = train_epochs(
-                    model, params, data, epochs=epochs, lr=s.lr, batch_size=s.batch_size,
-                    generator=rng.torch(f"fedrep-{part}-order"),
-                )
+                loss = train_epochs(model, params, data, self.settings, epochs=epochs,
+                                    generator=rng.torch(f"fedrep-{part}-order"))
         return self.outgoing(model, len(data), loss)
 
 

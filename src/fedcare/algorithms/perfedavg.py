@@ -42,9 +42,11 @@ Choices where the thesis (and the paper) are silent
   running statistics or `num_batches_tracked`.
 - **Reported loss.** `train_loss` is the mean over the round's steps of f(w̃; D′), the
   meta-objective that the step descends.
-- **Personalization.** `adapt` is Per-FedAvg's adaptation at evaluation: a few plain SGD
-  steps at α on the client's own data (the thesis tunes for 10 batches of 64 before
-  evaluating, with SGD lr 0.01, momentum 0.9: pass `momentum=0.9` to reproduce that).
+- **Personalization.** `adapt` is Per-FedAvg's adaptation at evaluation: a few steps of the
+  training loop on the client's own data (plain SGD at α as Per-FedAvg; the thesis tunes for
+  10 batches of 64 with SGD lr 0.01, momentum 0.9: `SGD(momentum=0.9)` reproduces that).
+- **Loss.** Every gradient is of the settings' batch loss (the study's task, or its own loss
+  such as an ArcFace margin head), evaluated at other weights with `functional_call`.
 """
 
 from __future__ import annotations
@@ -58,13 +60,8 @@ from torch.func import functional_call
 from fedcare.algorithms.base import Algorithm, ClientHalf, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
-from fedcare.algorithms.training import (
-    ClientData,
-    Randomness,
-    TrainSettings,
-    as_float,
-    task_loss,
-)
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float, train_steps
+from fedcare.tasks import BatchLoss
 
 DEFAULT_ALPHA = 0.01  # Table 4.5
 DEFAULT_BETA = 0.1  # Table 4.5
@@ -79,15 +76,30 @@ def _trainable(model: nn.Module) -> Params:
     return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
 
 
+class _UnderLoss(nn.Module):
+    """`model` with the batch loss as its forward, so that `functional_call` can evaluate the
+    loss (which calls the model, and may apply a margin head with the labels) at other weights."""
+
+    def __init__(self, model: nn.Module, loss: BatchLoss):
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model, x, y)
+
+
 def _gradient(
-    model: nn.Module, params: Mapping[str, torch.Tensor], batch: ClientData, buffers: Mapping[str, torch.Tensor] | None = None
+    model: nn.Module, params: Mapping[str, torch.Tensor], batch: ClientData, loss_fn: BatchLoss,
+    buffers: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[list[torch.Tensor], float]:
-    """∇f(params; batch) in `params` order, and the loss. `buffers=None` runs with the model's
-    own buffers (BatchNorm running statistics are updated in place, as in training); pass
-    copies to leave no trace."""
+    """∇f(params; batch) in `params` order, and the loss f = `loss_fn`. `buffers=None` runs with
+    the model's own buffers (BatchNorm running statistics are updated in place, as in
+    training); pass copies to leave no trace."""
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
     tensors = {**leaves, **buffers} if buffers is not None else leaves
-    loss = task_loss(functional_call(model, tensors, (as_float(batch.x),)), batch.y)
+    loss = functional_call(_UnderLoss(model, loss_fn), {f"model.{k}": v for k, v in tensors.items()},
+                           (as_float(batch.x), batch.y))
     grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     return [torch.zeros_like(v) if g is None else g.detach() for v, g in zip(leaves.values(), grads)], float(loss.detach())
 
@@ -98,6 +110,8 @@ def finite_difference_hvp(
     vector: Sequence[torch.Tensor],
     batch: ClientData,
     delta: float,
+    *,
+    loss: BatchLoss,
 ) -> list[torch.Tensor]:
     """Hessian-vector product ∇²f(w; batch) v by central finite differences (Eq. 2.12/2.14):
     [∇f(w + δv; batch) − ∇f(w − δv; batch)] / (2δ), returned in `params` order.
@@ -118,7 +132,7 @@ def finite_difference_hvp(
     def grad_at(sign: float) -> list[torch.Tensor]:
         point = {k: params[k].detach() + sign * delta * v for k, v in zip(names, vector)}
         buffers = {k: b.detach().clone() for k, b in model.named_buffers()}
-        return _gradient(model, point, batch, buffers)[0]
+        return _gradient(model, point, batch, loss, buffers)[0]
 
     plus, minus = grad_at(1.0), grad_at(-1.0)
     return [(p - m) / (2 * delta) for p, m in zip(plus, minus)]
@@ -149,6 +163,7 @@ def meta_step(
     alpha: float,
     beta: float,
     delta: float,
+    loss: BatchLoss,
     first_order: bool = False,
 ) -> tuple[Params, float]:
     """One HF-MAML (or FO-MAML) step from `params` on batches (D, D′, D″); returns the new
@@ -157,12 +172,12 @@ def meta_step(
     d, d1, d2 = batches
     names = list(params)
     w = {k: params[k].detach() for k in names}
-    grad_d, _ = _gradient(model, w, d)
+    grad_d, _ = _gradient(model, w, d, loss)
     w_tilde = {k: w[k] - alpha * gk for k, gk in zip(names, grad_d)}
-    g, query_loss = _gradient(model, w_tilde, d1)
+    g, query_loss = _gradient(model, w_tilde, d1, loss)
     if first_order:
         return {k: w[k] - beta * gk for k, gk in zip(names, g)}, query_loss
-    hg = finite_difference_hvp(model, w, g, d2, delta)
+    hg = finite_difference_hvp(model, w, g, d2, delta, loss=loss)
     return {k: w[k] - beta * (gk - alpha * hk) for k, gk, hk in zip(names, g, hg)}, query_loss
 
 
@@ -191,11 +206,13 @@ class PerFedAvgClient(ClientHalf):
         self.load(model, message, state).train()
         generator = rng.torch(BATCH_PURPOSE)
         params = _trainable(model)
+        loss_fn = self.settings.batch_loss(data)
         losses = []
         for _ in range(self.steps_per_round):
             batches = sample_step_batches(data, self.settings.batch_size, generator)
             params, loss = meta_step(
-                model, params, batches, alpha=self.alpha, beta=self.beta, delta=self.delta, first_order=self.first_order
+                model, params, batches, alpha=self.alpha, beta=self.beta, delta=self.delta, loss=loss_fn,
+                first_order=self.first_order,
             )
             losses.append(loss)
         named = dict(model.named_parameters())
@@ -205,42 +222,21 @@ class PerFedAvgClient(ClientHalf):
         return self.outgoing(model, len(data), sum(losses) / len(losses))
 
 
-def adapt(
-    model: nn.Module,
-    data: ClientData,
-    alpha: float,
-    steps: int,
-    generator: torch.Generator,
-    *,
-    batch_size: int = 64,
-    momentum: float = 0.0,
-) -> nn.Module:
-    """Per-FedAvg's personalization before evaluation: `steps` SGD steps at learning rate
-    `alpha` on the client's own data, every trainable parameter, in training mode (BatchNorm
-    running statistics update as in any training). Batches are consecutive blocks of a
-    permutation drawn from `generator`, reshuffled when the data are used up (a pass that
-    would leave a batch of one example reshuffles instead: BatchNorm cannot train on it).
-    Plain SGD by default, as Per-FedAvg adapts; the facerec thesis tunes for 10 batches of 64
-    with SGD lr 0.01 and momentum 0.9 (`steps=10, momentum=0.9`). Modifies `model` in place,
-    restores its train/eval mode, and returns it."""
-    n = len(data)
+def adapt(model: nn.Module, data: ClientData, settings: TrainSettings, *, steps: int,
+          generator: torch.Generator) -> nn.Module:
+    """Per-FedAvg's personalization before evaluation: `steps` steps of the settings' optimizer
+    (plain SGD at `settings.lr` by default, as Per-FedAvg adapts) on the client's own data,
+    every trainable parameter, in training mode (BatchNorm running statistics update as in
+    any training), batches of `settings.batch_size` (`train_steps`). The facerec thesis tunes
+    for 10 batches of 64 with SGD lr 0.01 and momentum 0.9:
+    ``TrainSettings(lr=0.01, batch_size=64, optimizer=SGD(momentum=0.9))``, ``steps=10``.
+    Modifies `model` in place, restores its train/eval mode, and returns it."""
     if steps <= 0:
         return model
-    if n < 2:
-        raise ValueError(f"adapt needs at least 2 examples, got {n}")
     was_training = model.training
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=alpha, momentum=momentum)
-    order, start = torch.randperm(n, generator=generator), 0
-    for _ in range(steps):
-        if n - start < 2:
-            order, start = torch.randperm(n, generator=generator), 0
-        idx = order[start : start + batch_size]
-        start += batch_size
-        optimizer.zero_grad(set_to_none=True)
-        task_loss(model(as_float(data.x[idx])), data.y[idx]).backward()
-        optimizer.step()
+    train_steps(model, [p for p in model.parameters() if p.requires_grad], data, settings, steps=steps,
+                generator=generator)
     model.train(was_training)
     return model
 

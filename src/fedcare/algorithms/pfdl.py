@@ -37,8 +37,8 @@ class PFDLClient(ClientHalf):
             p.requires_grad_(False)
         try:
             train_epochs(
-                model, private_params, data, epochs=self.finetune_epochs, lr=self.settings.lr / self.lr_factor,
-                batch_size=self.settings.batch_size, generator=rng.torch("finetune-order"),
+                model, private_params, data, self.settings, epochs=self.finetune_epochs,
+                lr=self.settings.lr / self.lr_factor, generator=rng.torch("finetune-order"),
             )
         finally:
             for p in frozen_params:

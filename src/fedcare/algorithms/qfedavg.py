@@ -67,7 +67,7 @@ class QFedAvgClient(ClientHalf):
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
     ) -> tuple[Message, ClientState]:
         self.load(model, message, state)
-        _, loss_at_global = predict(model, data)  # inference mode: BatchNorm statistics untouched
+        _, loss_at_global = predict(model, data, self.settings.task)  # inference mode: BatchNorm statistics untouched
         reply, new_state = super().fit(model, message, state, data, rng)
         reply.scalars[LOSS_AT_GLOBAL] = float(loss_at_global)
         return reply, new_state

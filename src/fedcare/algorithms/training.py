@@ -1,4 +1,11 @@
-"""Local training and prediction on one client's data: plain minibatch SGD, as the papers use."""
+"""Local training and prediction on one client's data: the one training loop every client
+half uses.
+
+`TrainSettings` carries what a study chooses about local training: the learning rate, batch
+size and epochs, the task (its loss and scores, `fedcare.tasks`), the optimizer and an
+optional learning-rate schedule, and an optional per-step gradient hook (DP-SGD clips and
+noises gradients there). The defaults are the papers' plain minibatch SGD without momentum.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +14,23 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from fedcare.seeding import torch_generator
+from fedcare.tasks import BINARY, BatchLoss, Task
+
+# (parameters, learning rate) -> optimizer
+OptimizerFactory = Callable[[list[nn.Parameter], float], torch.optim.Optimizer]
+# (optimizer, number of optimizer steps this run will take) -> a scheduler stepped after every batch
+SchedulerFactory = Callable[[torch.optim.Optimizer, int], torch.optim.lr_scheduler.LRScheduler]
+# (model, examples in the batch): called after backward, before the optimizer's step
+GradientHook = Callable[[nn.Module, int], None]
+# (the client's training data) -> the batch loss (a task's, or a study's own)
+LossFactory = Callable[["ClientData"], BatchLoss]
 
 
 @dataclass
 class ClientData:
-    """One client's examples: images as uint8 (N, 1, H, W), labels as float (N,)."""
+    """One client's examples: inputs (uint8 images are scaled to [0, 1] per batch) and labels."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -36,16 +52,37 @@ def as_float(x: torch.Tensor) -> torch.Tensor:
     return x.float().div_(255.0) if x.dtype == torch.uint8 else x
 
 
-def task_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Binary tasks: logits (N,) and float labels, BCE. Multiclass: logits (N, C) and integer
-    labels, cross-entropy. The label dtype tells which."""
-    if y.is_floating_point():
-        return F.binary_cross_entropy_with_logits(logits, y)
-    return F.cross_entropy(logits, y)
+@dataclass(frozen=True)
+class SGD:
+    """torch.optim.SGD (the papers' local optimizer: no momentum by default)."""
+
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __call__(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
 
-def task_probabilities(logits: torch.Tensor) -> torch.Tensor:
-    return torch.sigmoid(logits) if logits.ndim == 1 else torch.softmax(logits, dim=1)
+@dataclass(frozen=True)
+class AdamW:
+    """torch.optim.AdamW with torch's defaults (the surgical thesis's CENT and LOT)."""
+
+    weight_decay: float = 1e-2
+
+    def __call__(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.weight_decay)
+
+
+@dataclass(frozen=True)
+class OneCycle:
+    """torch's OneCycleLR over one local training run, peaking at the optimizer's learning
+    rate (the surgical thesis's one-cycle schedule; it does not give pct_start: torch's 0.3)."""
+
+    pct_start: float = 0.3
+
+    def __call__(self, optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LRScheduler:
+        peaks = [group["lr"] for group in optimizer.param_groups]
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=peaks, total_steps=steps, pct_start=self.pct_start)
 
 
 @dataclass(frozen=True)
@@ -53,6 +90,14 @@ class TrainSettings:
     lr: float = 1e-3
     batch_size: int = 32
     local_epochs: int = 5
+    task: Task = BINARY
+    loss: LossFactory | None = None  # None: the task's batch loss
+    optimizer: OptimizerFactory = SGD()
+    scheduler: SchedulerFactory | None = None
+    gradient_hook: GradientHook | None = None
+
+    def batch_loss(self, data: ClientData) -> BatchLoss:
+        return self.loss(data) if self.loss is not None else self.task.batch_loss(data)
 
 
 @dataclass(frozen=True)
@@ -68,55 +113,115 @@ class Randomness:
         return torch_generator(self.seed, self.phase, self.client, self.round, purpose)
 
 
+class _Optimisation:
+    """One local training run: the settings' optimizer over `params` (and its schedule), the
+    batch loss for this client's data, the gradient hook; `step(idx)` trains on one batch."""
+
+    def __init__(self, model: nn.Module, params: Iterable[nn.Parameter], data: ClientData, settings: TrainSettings,
+                 lr: float, steps: int, generator: torch.Generator,
+                 batch_transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None,
+                 penalty: Callable[[], torch.Tensor | None] | None):
+        self.model, self.data, self.settings = model, data, settings
+        self.generator, self.batch_transform, self.penalty = generator, batch_transform, penalty
+        self.optimizer = settings.optimizer(list(params), lr)
+        self.scheduler = settings.scheduler(self.optimizer, steps) if settings.scheduler and steps > 0 else None
+        self.loss = settings.batch_loss(data)
+
+    def step(self, idx: torch.Tensor) -> float:
+        """One optimizer step on the examples `idx`; returns the batch's task loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        x = as_float(self.data.x[idx])
+        if self.batch_transform is not None:
+            x = self.batch_transform(x, self.generator)
+        loss = self.loss(self.model, x, self.data.y[idx])
+        extra = self.penalty() if self.penalty is not None else None
+        (loss if extra is None else loss + extra).backward()
+        if self.settings.gradient_hook is not None:
+            self.settings.gradient_hook(self.model, len(idx))
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return loss.item()
+
+
+def batches_per_epoch(n: int, batch_size: int) -> int:
+    """Batches of `train_epochs` per epoch: a trailing batch of one example is skipped."""
+    return n // batch_size + (1 if n % batch_size >= 2 else 0)
+
+
 def train_epochs(
     model: nn.Module,
     params: Iterable[nn.Parameter],
     data: ClientData,
+    settings: TrainSettings,
     *,
-    epochs: int,
-    lr: float,
-    batch_size: int,
     generator: torch.Generator,
+    epochs: int | None = None,
+    lr: float | None = None,
     batch_transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
     penalty: Callable[[], torch.Tensor | None] | None = None,
 ) -> float:
-    """Vanilla SGD (no momentum: the thesis avoids optimizer state that goes stale after
-    averaging) on `task_loss`; returns the mean task loss of the last epoch.
+    """`epochs` (default the settings' local epochs) passes over `data` in a fresh random
+    order each, at learning rate `lr` (default the settings'), optimizing `params`; returns
+    the mean task loss of the last epoch.
+
     `batch_transform` (e.g. FedDG's amplitude augmentation) maps each float batch before use;
     `penalty` (FedProx's proximal term, FedDyn's regulariser) is called once per batch on the
-    current weights and added to the objective (None: no term on this batch).
-    A trailing batch of one example is skipped: BatchNorm cannot train on it."""
-    optimizer = torch.optim.SGD(list(params), lr=lr)
-    n = len(data)
+    current weights and added to the objective (None: no term on this batch); the returned
+    loss is the task loss alone. A trailing batch of one example is skipped: BatchNorm cannot
+    train on it."""
+    epochs = settings.local_epochs if epochs is None else epochs
+    n, batch_size = len(data), settings.batch_size
+    run = _Optimisation(model, params, data, settings, settings.lr if lr is None else lr,
+                        epochs * batches_per_epoch(n, batch_size), generator, batch_transform, penalty)
     last_loss = float("nan")
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
+        order = torch.randperm(n, generator=generator)  # drawn per epoch: batch transforms share the generator
         total, count = 0.0, 0
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
             if len(idx) < 2:
                 continue
-            optimizer.zero_grad(set_to_none=True)
-            x = as_float(data.x[idx])
-            if batch_transform is not None:
-                x = batch_transform(x, generator)
-            loss = task_loss(model(x), data.y[idx])
-            extra = penalty() if penalty is not None else None
-            (loss if extra is None else loss + extra).backward()
-            optimizer.step()
-            total += loss.item() * len(idx)
+            total += run.step(idx) * len(idx)
             count += len(idx)
         last_loss = total / max(count, 1)
     return last_loss
 
 
+def train_steps(
+    model: nn.Module,
+    params: Iterable[nn.Parameter],
+    data: ClientData,
+    settings: TrainSettings,
+    *,
+    steps: int,
+    generator: torch.Generator,
+    lr: float | None = None,
+) -> float:
+    """`steps` optimizer steps on consecutive batches of a random permutation of `data`,
+    reshuffled when the data are used up (a pass that would leave a batch of one example
+    reshuffles instead: BatchNorm cannot train on it); returns the mean task loss."""
+    n, batch_size = len(data), settings.batch_size
+    if steps <= 0:
+        return float("nan")
+    if n < 2:
+        raise ValueError(f"training needs at least 2 examples, got {n}")
+    run = _Optimisation(model, params, data, settings, settings.lr if lr is None else lr, steps, generator, None, None)
+    order, start, total = torch.randperm(n, generator=generator), 0, 0.0
+    for _ in range(steps):
+        if n - start < 2:
+            order, start = torch.randperm(n, generator=generator), 0
+        total += run.step(order[start : start + batch_size])
+        start += batch_size
+    return total / steps
+
+
 @torch.no_grad()
-def predict(model: nn.Module, data: ClientData, batch_size: int = 512) -> tuple[torch.Tensor, float]:
-    """Class probabilities (pain probability for binary tasks) and the mean loss, with the
-    model in inference mode."""
+def predict(model: nn.Module, data: ClientData, task: Task, batch_size: int = 512) -> tuple[torch.Tensor, float]:
+    """The task's per-example scores (probabilities, or normalised embeddings) and the mean
+    evaluation loss, with the model in inference mode."""
     was_training = model.training
     model.eval()
-    logits = torch.cat([model(as_float(data.x[i : i + batch_size])) for i in range(0, len(data), batch_size)])
+    outputs = torch.cat([model(as_float(data.x[i : i + batch_size])) for i in range(0, len(data), batch_size)])
     model.train(was_training)
-    loss = task_loss(logits, data.y).item() if len(data) else float("nan")
-    return task_probabilities(logits), loss
+    return task.scores(outputs), task.evaluation_loss(outputs, data.y)

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.unbc import SYNTHETIC_MARKER
+from fedcare.data.common import SYNTHETIC_MARKER, DataError
 
 __all__ = [
     "ACTIVITY_NAMES",
@@ -109,11 +109,11 @@ _PARTS = ("Protocol", "Optional")
 _LAYOUT_HINT = "expected the PAMAP2 layout: PAMAP2_Dataset/Protocol/subject101.dat ..."
 
 
-class Pamap2LayoutError(ValueError):
+class Pamap2LayoutError(DataError):
     """The path does not hold the PAMAP2 layout; the message names the path."""
 
 
-class Pamap2FormatError(ValueError):
+class Pamap2FormatError(DataError):
     """A malformed row; the message names the file and the 1-based line."""
 
     def __init__(self, path: Path | str, line: int, detail: str):
@@ -279,6 +279,14 @@ def _subject_files(folder: Path) -> dict[int, Path]:
             if m and p.is_file():
                 files[int(m.group(1))] = p
     return files
+
+
+def pamap2_subjects(path: Path | str) -> list[int]:
+    """The subject ids with a ``Protocol/subjectNNN.dat`` file in the copy at `path`."""
+    subjects = sorted(_subject_files(find_pamap2_root(path) / "Protocol"))
+    if not subjects:
+        raise Pamap2LayoutError(f"{find_pamap2_root(path) / 'Protocol'}: no subjectNNN.dat files ({_LAYOUT_HINT})")
+    return subjects
 
 
 def load_pamap2(

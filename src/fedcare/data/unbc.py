@@ -95,12 +95,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from fedcare.data.common import SYNTHETIC_MARKER, DataError
+
 __all__ = [
     "MEASURES",
     "PROBLEM_KINDS",
-    "SYNTHETIC_MARKER",
-    "THESIS_GROUP1",
-    "THESIS_GROUP2",
     "UnbcDataset",
     "UnbcFrame",
     "UnbcImageError",
@@ -117,10 +116,6 @@ __all__ = [
 ]
 
 MEASURES = ("AFF", "OPR", "SEN", "VAS")
-# The Tobis thesis's fixed subject split ([code]); subject 101 has no pain frames and is left out.
-THESIS_GROUP1 = (42, 47, 49, 66, 95, 97, 103, 106, 108, 121, 123, 124)  # pretraining
-THESIS_GROUP2 = (43, 48, 52, 59, 64, 80, 92, 96, 107, 109, 115, 120)  # training and evaluation
-SYNTHETIC_MARKER = "fedcare-synthetic.json"
 PAIN_THRESHOLD = 1.0  # summarize: a pain frame has PSPI >= 1
 BLACK_MEAN = 1.0  # check_images: a frame whose mean grey level is below this is black
 PSPI_MAX = 16.0
@@ -149,11 +144,11 @@ _JUNK_NAMES = frozenset({"thumbs.db", "desktop.ini", "__macosx"})
 _LAYOUT_HINT = "expected the UNBC-McMaster layout: Images/, Frame_Labels/PSPI/ ..."
 
 
-class UnbcLayoutError(ValueError):
+class UnbcLayoutError(DataError):
     """The path is not a UNBC-McMaster copy (missing, not a folder, or required parts absent)."""
 
 
-class UnbcImageError(ValueError):
+class UnbcImageError(DataError):
     """A frame image is missing or cannot be decoded; the message names the path."""
 
 

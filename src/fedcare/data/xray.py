@@ -18,18 +18,18 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from fedcare.data.unbc import SYNTHETIC_MARKER
+from fedcare.data.common import SYNTHETIC_MARKER, DataError
 
 CLASSES = ("COVID-19", "Normal", "Pneumonia-Bacterial", "Pneumonia-Viral")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 MAX_SEARCH_DEPTH = 4
 
 
-class XrayLayoutError(ValueError):
+class XrayLayoutError(DataError):
     """The path does not hold the dataset's layout; the message names the path."""
 
 
-class XrayImageError(ValueError):
+class XrayImageError(DataError):
     """An image that cannot be read; the message names the file."""
 
 

@@ -1,4 +1,5 @@
-"""Binary classification metrics for one client's test set (Tobis thesis §7.1).
+"""Classification metrics for one client's test set: binary (Tobis thesis §7.1) and multi-label
+(surgical thesis §4.2).
 
 The thesis reports ACC, PR-AUC and F1 at threshold 0.5; its code also tracked TP/TN/FP/FN,
 precision, recall and ROC-AUC through Keras metrics. We compute the same quantities with
@@ -21,6 +22,7 @@ All values are fractions in [0, 1]; reports multiply by 100.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -81,4 +83,42 @@ def binary_metrics(y_true: np.ndarray, y_score: np.ndarray, threshold: float = 0
     if 0 < positives < n:
         out["pr_auc"] = float(average_precision_score(y, s))
         out["roc_auc"] = float(roc_auc_score(y, s))
+    return out
+
+
+def multilabel_metrics(
+    y_true: np.ndarray, y_score: np.ndarray, labels: Sequence[str] = (), threshold: float = 0.5
+) -> dict[str, float]:
+    """Per-label precision, recall and F1 of the scores ``y_score`` (N, L) against 0/1 labels
+    ``y_true`` (N, L) at ``threshold``, and their macro mean over labels (the surgical
+    thesis's macro F1). Keys: ``macro_f1``, ``macro_precision``, ``macro_recall`` and, per
+    label, ``f1/<label>``, ``precision/<label>``, ``recall/<label>``, ``positives/<label>``
+    (`labels` names them; default "0", "1", ...). Zero division gives 0 (scikit-learn's
+    ``zero_division=0``): a label never present and never predicted scores F1 0, and counts
+    in the macro mean, as the thesis's HEI2 with a missing tool. NaN everywhere when the
+    input is empty or holds non-finite scores."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    y = np.asarray(y_true)
+    s = np.asarray(y_score, dtype=np.float64)
+    if y.ndim != 2 or y.shape != s.shape:
+        raise ValueError(f"y_true and y_score must both be (N, L), got {y.shape} and {s.shape}")
+    names = [str(n) for n in labels] if labels else [str(i) for i in range(y.shape[1])]
+    if len(names) != y.shape[1]:
+        raise ValueError(f"{len(names)} label names for {y.shape[1]} labels")
+    out: dict[str, float] = {}
+    if len(y) == 0 or not np.isfinite(s).all():
+        precision = recall = f1 = np.full(len(names), math.nan)
+    else:
+        pred = (s >= threshold).astype(np.int64)
+        precision, recall, f1, _ = precision_recall_fscore_support(
+            y.astype(np.int64), pred, average=None, labels=list(range(len(names))), zero_division=0)
+    out["macro_f1"] = float(np.mean(f1))
+    out["macro_precision"] = float(np.mean(precision))
+    out["macro_recall"] = float(np.mean(recall))
+    for i, name in enumerate(names):
+        out[f"f1/{name}"] = float(f1[i])
+        out[f"precision/{name}"] = float(precision[i])
+        out[f"recall/{name}"] = float(recall[i])
+        out[f"positives/{name}"] = int(y[:, i].sum()) if len(y) else 0
     return out

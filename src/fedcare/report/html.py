@@ -2,10 +2,10 @@
 tables as HTML tables. Every piece of text that comes from the run (run.json, records) is
 HTML-escaped.
 
-The page skeleton (:func:`render_page`: head, CSS, title, synthetic banner, footer) and the
-building blocks (:func:`facts_table`, :func:`notes_html`, :func:`nav_html`, :func:`table_block`,
-:func:`figure_block`) are shared by every study's report; :func:`render_report_html` is the pain
-study's page."""
+The page skeleton (:func:`render_page`: head, CSS, title, synthetic banner, footer), the page of
+a run (:func:`render_run_page`: navigation, run facts, notes, the study's sections, plots) and
+the building blocks (:func:`facts_table`, :func:`notes_html`, :func:`nav_html`,
+:func:`table_block`, :func:`figure_block`) are shared by every study's report."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from fedcare.evaluation.statistics import PRIMARY_METRICS, RunAggregate
 from fedcare.report.tables import Table
 
 SYNTHETIC_BANNER = "SYNTHETIC DATA — these numbers say nothing about real patients"
@@ -71,18 +70,13 @@ def _duration(started: Any, finished: Any) -> str | None:
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
 
-KNOWN_FACTS = [
-    ("study", "Study"), ("config_file", "Config file"), ("seeds", "Seeds"), ("methods", "Methods"),
-    ("subjects", "Test subjects"), ("test_sessions", "Test sessions"), ("started", "Started"),
-    ("finished", "Finished"), ("training_seconds", "Training time (s)"), ("fedcare_version", "fedcare version"),
-]
 NOT_FACTS = {"title", "synthetic", "notes", "missed"}  # missed operations (Flower runs) are told in the notes
 
 
 def facts_table(
     run_info: Mapping[str, Any],
     run_dir_name: str,
-    known_facts: Sequence[tuple[str, str]] = KNOWN_FACTS,
+    known_facts: Sequence[tuple[str, str]],
     extra_rows: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The "Run" facts table: the run directory, the ``known_facts`` of run.json in that order
@@ -109,45 +103,9 @@ def facts_table(
     return f'<table class="facts"><tbody>{body}</tbody></table>'
 
 
-def _facts(run_info: Mapping[str, Any], agg: RunAggregate, run_dir_name: str) -> str:
-    total = sum(s.records + s.masked_out for s in agg.summary.values())
-    kept = sum(s.records for s in agg.summary.values())
-    extra = [("Test records", f"{total} ({kept} with positives kept, {total - kept} masked out)")]
-    return facts_table(run_info, run_dir_name, KNOWN_FACTS, extra)
-
-
 def table_block(t: Table) -> str:
     """A table with its title (an <h3> anchored at the table's name) and caption."""
     return f'<h3 id="{esc(t.name)}">{esc(t.title)}</h3>{t.html()}<p class="caption">{esc(t.caption)}</p>'
-
-
-def _how_to_read(agg: RunAggregate) -> str:
-    total = sum(s.records + s.masked_out for s in agg.summary.values())
-    masked = sum(s.masked_out for s in agg.summary.values())
-    items = [
-        "<b>What was tested.</b> Every test subject (client) is tested with the model it would use: the global "
-        "model for centralized and FedAvg methods, its own personal model for FP and FL. Each test yields one "
-        "record per method, seed, session and subject.",
-        f"<b>Mask.</b> A record counts only if that subject has pain frames in that session (positives &gt; 0), "
-        f"as in the thesis; {masked} of {total} records were masked out. Sessions with no such subject show NA.",
-        "<b>Weighting.</b> A subject's value is the mean over its kept sessions weighted by the number of test "
-        "examples; a session's value is the weighted mean over its kept subjects; the overall value (Table 7.1 and "
-        "the last column of the other tables) is the weighted mean over all kept records, which is the same "
-        "whether one groups by subject or by session.",
-        "<b>± SD.</b> The spread between units, not the uncertainty of the mean: the plain (unweighted, "
-        "population) SD of the per-subject values in Tables 7.1 and 7.4 (the thesis's \"SD between test "
-        "subjects\"), of the per-session values in Table 7.5.",
-        "<b>Seeds.</b> Everything is computed per seed first, then averaged over seeds (mean of means, mean of "
-        "SDs). \"seed SD\" in the summary is the population SD across seeds of the overall weighted mean; it is "
-        "the run-to-run noise to keep in mind when comparing methods.",
-        "<b>Rank sums.</b> For each subject (or session) the methods are ranked from 0 (worst) to n−1 (best) on "
-        "the seed-averaged values, ties sharing the average rank, and the ranks are summed; units where a "
-        "method has NA are skipped.",
-        "<b>Metrics.</b> Percentages. ACC and F1 use threshold 0.5 on the pain probability. PR-AUC is the average "
-        "precision (scikit-learn); its random baseline is the share of pain frames. The thesis used Keras's "
-        "interpolated PR-AUC, which differs slightly. Bold marks each column's best value.",
-    ]
-    return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
 def figure_block(name: str, png: bytes, caption: str) -> str:
@@ -210,49 +168,27 @@ def render_page(title: str, synthetic: Any, body: Sequence[str]) -> str:
     return "\n".join(parts)
 
 
-PLOT_CAPTIONS = {
-    "per_session_f1": "F1 per session, one line per method",
-    "per_session_pr_auc": "PR-AUC per session, one line per method",
-    "per_session_acc": "ACC per session, one line per method",
-    "per_subject_f1": "F1 per test subject",
-    "val_loss": "Validation loss per training round (mean over seeds)",
-}
-
-
-def render_report_html(
+def render_run_page(
     run_info: Mapping[str, Any],
-    agg: RunAggregate,
-    tables: Mapping[str, Table],
-    plots: Mapping[str, bytes],
     *,
-    run_dir_name: str = "",
+    run_dir_name: str,
+    known_facts: Sequence[tuple[str, str]],
+    extra_facts: Sequence[tuple[str, str]] = (),
     notes: Sequence[str] = (),
+    sections: Sequence[tuple[str, str, str, str]] = (),
+    plots: Mapping[str, bytes] = {},
+    captions: Mapping[str, str] = {},
 ) -> str:
-    """The whole page as a string."""
-    parts = [
-        nav_html([("facts", "Run"), ("summary-section", "Summary"), ("how", "How to read"), ("subjects", "Per subject"),
-                  ("sessions", "Per session"), ("ranks", "Rank sums"), ("plots", "Plots")]),
-        '<h2 id="facts">Run</h2>',
-        _facts(run_info, agg, run_dir_name),
-    ]
-    notes_block = notes_html(run_info, notes)
-    if notes_block:
-        parts.append(notes_block)
-
-    parts.append('<h2 id="summary-section">Summary (Table 7.1)</h2>')
-    parts.append(table_block(tables["summary"]))
-    parts.append('<h2 id="how">How to read this</h2>')
-    parts.append(_how_to_read(agg))
-
-    parts.append('<h2 id="subjects">Per test subject (Table 7.4)</h2>')
-    parts += [table_block(tables[f"per_subject_{m}"]) for m in PRIMARY_METRICS if f"per_subject_{m}" in tables]
-    parts.append('<h2 id="sessions">Per session (Table 7.5)</h2>')
-    parts += [table_block(tables[f"per_session_{m}"]) for m in PRIMARY_METRICS if f"per_session_{m}" in tables]
-    parts.append('<h2 id="ranks">Rank sums (Tables 7.6 and 7.7)</h2>')
-    if "rank_sums" in tables:
-        parts.append(table_block(tables["rank_sums"]))
-
+    """A run's whole page: navigation, the "Run" facts (:func:`facts_table`), notes, then each
+    of the study's ``sections`` (anchor, navigation label, heading, HTML already escaped), then
+    the plots with their captions."""
+    links = [("facts", "Run")] + [(anchor, label) for anchor, label, _, _ in sections] + [("plots", "Plots")]
+    parts = [nav_html(links), '<h2 id="facts">Run</h2>', facts_table(run_info, run_dir_name, known_facts, extra_facts)]
+    block = notes_html(run_info, notes)
+    if block:
+        parts.append(block)
+    for anchor, _, heading, content in sections:
+        parts += [f'<h2 id="{esc(anchor)}">{esc(heading)}</h2>', content]
     parts.append('<h2 id="plots">Plots</h2>')
-    for name, png in plots.items():
-        parts.append(figure_block(name, png, PLOT_CAPTIONS.get(name, name)))
+    parts += [figure_block(name, png, captions.get(name, name)) for name, png in plots.items()]
     return render_page(page_title(run_info, run_dir_name), run_info.get("synthetic"), parts)

@@ -1,14 +1,13 @@
 """Plots of a run as PNG bytes (matplotlib, Agg canvas; pyplot and the global backend are never
-touched, so this is safe to call from any program or thread).
+touched, so this is safe to call from any program or thread), for every study's report:
 
-- per-session curves of a metric, one line per method (Table 7.5 as a figure);
-- grouped bars of a metric per subject (Table 7.4 as a figure);
-- validation loss per round from the "round" records: one panel for the single phases
-  (pre-training) and one per sequential phase group ("session-1", "session-2", ... laid out
-  left to right, each phase as wide as its longest run), one line per method, mean over seeds.
-
-:func:`method_lines`, :func:`method_bars`, :func:`method_styles` and :func:`figure_png` are the
-study-independent pieces (also used by the FedHealth 2 report).
+- :func:`method_lines`: one line per method over units (sessions, rounds);
+- :func:`method_bars`: grouped bars per unit (subjects, clients), one bar per method;
+- :func:`plot_val_loss`: validation loss per round from the "round" records: one panel for
+  the single phases (pre-training) and one per sequential phase group ("session-1",
+  "session-2", ... laid out left to right, each phase as wide as its longest run), one line
+  per method, mean over seeds;
+- :func:`method_styles`, :func:`figure_png`, :func:`legend_right`: the shared look.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from fedcare.evaluation.statistics import METRIC_LABELS, RunAggregate
 from fedcare.report.tables import unit_label
 
 DPI = 110
@@ -115,25 +113,6 @@ def method_bars(
     ax.grid(True, axis="y", alpha=0.3)
     legend_right(ax, len(methods))
     return figure_png(fig)
-
-
-def plot_per_session(agg: RunAggregate, metric: str) -> bytes:
-    """Seed-averaged per-session values of ``metric`` (percent), one line per method; sessions
-    without positives are gaps."""
-    label = METRIC_LABELS[metric]
-    return method_lines(
-        agg.methods, agg.sessions, agg.per_session[metric], xlabel="test session", ylabel=f"{label} (%)",
-        title=f"{label} per session (weighted over subjects with positives, mean over seeds)",
-    )
-
-
-def plot_per_subject(agg: RunAggregate, metric: str) -> bytes:
-    """Seed-averaged per-subject values of ``metric`` (percent) as grouped bars."""
-    label = METRIC_LABELS[metric]
-    return method_bars(
-        agg.methods, agg.subjects, agg.per_subject[metric], xlabel="test subject", ylabel=f"{label} (%)",
-        title=f"{label} per test subject (weighted over sessions with positives, mean over seeds)",
-    )
 
 
 _SEQUENTIAL = re.compile(r"^(.*?)-(\d+)$")
@@ -233,15 +212,4 @@ def plot_val_loss(records: Iterable[Mapping[str, Any]], method_order: list[str] 
     return figure_png(fig)
 
 
-def build_plots(agg: RunAggregate, records: list[Mapping[str, Any]]) -> dict[str, bytes]:
-    """All plots of the report as {file stem: PNG bytes}, in report order."""
-    plots = {f"per_session_{m}": plot_per_session(agg, m) for m in ("f1", "pr_auc", "acc")}
-    plots["per_subject_f1"] = plot_per_subject(agg, "f1")
-    plots["val_loss"] = plot_val_loss(records, agg.methods)
-    return plots
-
-
-__all__ = [
-    "build_plots", "figure_png", "legend_right", "method_bars", "method_lines", "method_styles", "plot_per_session",
-    "plot_per_subject", "plot_val_loss",
-]
+__all__ = ["figure_png", "legend_right", "method_bars", "method_lines", "method_styles", "plot_val_loss"]

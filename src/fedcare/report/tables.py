@@ -1,4 +1,4 @@
-"""The paper-style tables of a run (Tobis thesis Tables 7.1, 7.4-7.7) as CSV, Markdown and HTML.
+"""A run's paper-style tables as CSV, Markdown and HTML, for every study's report.
 
 Each table is a :class:`Table`: display cells (percentages, "mean ± SD") for Markdown and
 HTML, and raw numbers (fractions, full precision, ``nan`` for missing) for CSV. Every file is
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedcare.evaluation.statistics import METRIC_LABELS, METRICS, PRIMARY_METRICS, RunAggregate, Unit
+from fedcare.evaluation.statistics import Unit
 
 PCT_DIGITS = 1
 
@@ -153,121 +153,6 @@ class Table:
             out.append("<tr>" + "".join(cells) + "</tr>")
         out.append("</tbody></table></div>")
         return "".join(out)
-
-
-# -- the tables -------------------------------------------------------------------------
-def summary_table(agg: RunAggregate) -> Table:
-    """Table 7.1: method | ACC | PR-AUC | F1 as mean ± SD across subjects, plus the seed SDs."""
-    multi_seed = any(len(agg.summary[m].seeds) > 1 for m in agg.methods)
-    columns = ["Method"] + [METRIC_LABELS[m] for m in PRIMARY_METRICS]
-    columns += [f"seed SD {METRIC_LABELS[m]}" for m in PRIMARY_METRICS] + ["seeds"]
-    rows, scores, csv_rows = [], [], []
-    for method in agg.methods:
-        s = agg.summary[method]
-        one = len(s.seeds) < 2
-        rows.append(
-            [method]
-            + [pct_pm(s.mean[m], s.sd[m]) for m in PRIMARY_METRICS]
-            + ["–" if one else pct(s.seed_sd[m]) for m in PRIMARY_METRICS]
-            + [str(len(s.seeds))]
-        )
-        scores.append([math.nan] + [s.mean[m] for m in PRIMARY_METRICS] + [math.nan] * 4)
-        csv_rows.append(
-            [method, len(s.seeds), s.records, s.masked_out]
-            + [x for m in METRICS for x in (s.mean[m], s.sd[m], s.session_sd[m], s.seed_sd[m])]
-        )
-    csv_header = ["method", "seeds", "records", "masked_out"] + [
-        f"{m}_{k}" for m in METRICS for k in ("mean", "sd", "session_sd", "seed_sd")
-    ]
-    caption = (
-        "Percentages. Example-weighted mean over all test records with positives ± SD across test subjects "
-        "(population SD of the per-subject weighted means), each averaged over seeds."
-    )
-    if multi_seed:
-        caption += " seed SD: population SD across seeds of the weighted mean."
-    else:
-        caption += " One seed, so no seed SD."
-    return Table(
-        name="summary", title="Table 7.1: all methods (sessions setting)", caption=caption,
-        columns=columns, rows=rows, csv_header=csv_header, csv_rows=csv_rows, scores=scores,
-    )
-
-
-def _unit_table(agg: RunAggregate, metric: str, by: str) -> Table:
-    units = agg.subjects if by == "subject" else agg.sessions
-    values = (agg.per_subject if by == "subject" else agg.per_session)[metric]
-    label = METRIC_LABELS[metric]
-    columns = ["Method"] + [unit_label(u) for u in units] + ["mean ± SD"]
-    rows, scores, csv_rows = [], [], []
-    for method in agg.methods:
-        s = agg.summary[method]
-        sd = s.sd[metric] if by == "subject" else s.session_sd[metric]
-        row_vals = [values[method].get(u, math.nan) for u in units]
-        rows.append([method] + [pct(v) for v in row_vals] + [pct_pm(s.mean[metric], sd)])
-        scores.append([math.nan] + row_vals + [s.mean[metric]])
-        csv_rows.append([method] + row_vals + [s.mean[metric], sd])
-    if by == "subject":
-        title = f"Table 7.4 ({label}): per test subject"
-        caption = (
-            f"Percentages. Each cell: example-weighted mean {label} over that subject's sessions with positives, "
-            "averaged over seeds. Last column: weighted mean over all records ± SD across subjects."
-        )
-    else:
-        title = f"Table 7.5 ({label}): per session"
-        caption = (
-            f"Percentages. Each cell: example-weighted mean {label} over that session's subjects with positives, "
-            "averaged over seeds; NA = no subject with positives in that session. "
-            "Last column: weighted mean over all records ± SD across sessions."
-        )
-    return Table(
-        name=f"per_{by}_{metric}", title=title, caption=caption, columns=columns, rows=rows,
-        csv_header=["method"] + [unit_label(u) for u in units] + ["mean", "sd"], csv_rows=csv_rows, scores=scores,
-    )
-
-
-def per_subject_table(agg: RunAggregate, metric: str) -> Table:
-    """Table 7.4 for one metric: rows methods, columns subjects, last column mean ± SD."""
-    return _unit_table(agg, metric, "subject")
-
-
-def per_session_table(agg: RunAggregate, metric: str) -> Table:
-    """Table 7.5 for one metric: rows methods, columns sessions, last column mean ± SD."""
-    return _unit_table(agg, metric, "session")
-
-
-def rank_sum_table(agg: RunAggregate) -> Table:
-    """Tables 7.6/7.7: rank sums by subject and by session for ACC, PR-AUC, F1."""
-    keys = [(by, m) for by in ("subject", "session") for m in PRIMARY_METRICS]
-    sums = {k: agg.rank_sums(*k) for k in keys}
-    counts = {k: len(agg.rank_units(*k)) for k in keys}
-    columns = ["Method"] + [f"{METRIC_LABELS[m]} by {by}" for by, m in keys]
-    rows = [[method] + [fmt_rank(sums[k][method]) for k in keys] for method in agg.methods]
-    scores = [[math.nan] + [sums[k][method] for k in keys] for method in agg.methods]
-    csv_rows = [[method] + [sums[k][method] for k in keys] for method in agg.methods]
-
-    def units_text(by: str) -> str:
-        ns = sorted({counts[(by, m)] for m in PRIMARY_METRICS})
-        return f"{'/'.join(map(str, ns))} {by}s"
-
-    n = len(agg.methods)
-    caption = (
-        f"Per subject (Table 7.6) or per session (Table 7.7) the {n} methods are ranked from 0 (worst) to {n - 1} (best) "
-        "on the seed-averaged values of Tables 7.4/7.5 (ties share the average rank), and the ranks are summed. "
-        f"Ranked over {units_text('subject')} and {units_text('session')}: units where any method is NA are skipped."
-    )
-    return Table(
-        name="rank_sums", title="Tables 7.6/7.7: rank sums", caption=caption, columns=columns, rows=rows,
-        csv_header=["method"] + [f"{by}_{m}" for by, m in keys], csv_rows=csv_rows, scores=scores,
-    )
-
-
-def build_tables(agg: RunAggregate) -> dict[str, Table]:
-    """All tables of the report keyed by file stem, in report order."""
-    tables = [summary_table(agg)]
-    tables += [per_subject_table(agg, m) for m in PRIMARY_METRICS]
-    tables += [per_session_table(agg, m) for m in PRIMARY_METRICS]
-    tables.append(rank_sum_table(agg))
-    return {t.name: t for t in tables}
 
 
 def write_tables(tables: dict[str, Table], out_dir: Path) -> list[Path]:

@@ -22,8 +22,7 @@ from torch import nn
 
 from fedcare.algorithms.base import ClientHalf, ClientId
 from fedcare.algorithms.messages import ClientState, Message, clone_state
-from fedcare.algorithms.training import ClientData, Randomness, predict
-from fedcare.evaluation.client_metrics import client_metrics
+from fedcare.algorithms.training import ClientData, Randomness
 
 DataRef = Any  # ClientData (the data itself), or a key string that a site resolves
 DataResolver = Callable[[ClientId, DataRef], ClientData]
@@ -65,7 +64,7 @@ class ReceiveSetup:
 class Evaluate:
     message: Message
     data: DataRef
-    metrics: str  # which metrics the client computes on its data: see `client_metrics`
+    metrics: str  # which metrics the client computes on its data: a kind its task knows (`fedcare.tasks`)
 
 
 @dataclass(frozen=True)
@@ -107,8 +106,7 @@ class ClientRunner:
             self.state = half.receive_setup(op.message, self.state)
             return None
         if isinstance(op, Evaluate):
-            probabilities, loss = predict(half.load(model, op.message, self.state), data)
-            return client_metrics(op.metrics, probabilities, loss, data)
+            return half.evaluate(model, op.message, self.state, data, op.metrics)
         if isinstance(op, Snapshot):
             self.best = clone_state(self.state)
             return None

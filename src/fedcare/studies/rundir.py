@@ -18,6 +18,8 @@ import torch
 from fedcare import __version__
 
 SYNTHETIC_DIR = "synthetic-data"  # where a config's [data.synthetic] is generated inside the run
+METRICS_FILE = "metrics.jsonl"  # the records, one JSON object per line
+RUN_FILE = "run.json"  # the run's facts
 
 # progress(task description, units done, units total)
 Progress = Callable[[str, int, int], None]
@@ -75,4 +77,35 @@ def now() -> str:
 def write_run_info(run_dir: Path, out: Path, **facts) -> None:
     """run.json: what the report shows about the run."""
     info = {"run_dir": Path(out).name, "fedcare_version": __version__, "finished": now(), **facts}
-    (run_dir / "run.json").write_text(json.dumps(info, indent=2))
+    (run_dir / RUN_FILE).write_text(json.dumps(info, indent=2))
+
+
+def read_run_info(run_dir: Path) -> tuple[dict, list[str]]:
+    """(run.json as a dict, notes). A missing, unreadable or non-object run.json gives ``{}`` and
+    a note saying so; it is never an error."""
+    notes: list[str] = []
+    run_info: dict = {}
+    run_path = Path(run_dir) / RUN_FILE
+    if run_path.is_file():
+        try:
+            loaded = json.loads(run_path.read_text())
+            if isinstance(loaded, dict):
+                run_info = loaded
+            else:
+                notes.append(f"{RUN_FILE} is not a JSON object; run facts are missing.")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            notes.append(f"{RUN_FILE} could not be read ({e}); run facts are missing.")
+    else:
+        notes.append(f"{RUN_FILE} is missing; run facts are unknown.")
+    return run_info, notes
+
+
+def read_run_records(run_dir: Path) -> tuple[list[dict], list[str]]:
+    """(the records of metrics.jsonl, notes about reading it); FileNotFoundError when the
+    directory holds no metrics.jsonl, ValueError naming the file and line when it is malformed."""
+    from fedcare.evaluation.statistics import read_records
+
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (not a run directory?)")
+    return read_records(path)

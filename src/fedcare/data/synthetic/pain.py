@@ -50,7 +50,7 @@ import cv2
 import numpy as np
 
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
-from fedcare.data.unbc import SYNTHETIC_MARKER, THESIS_GROUP1, THESIS_GROUP2
+from fedcare.data.common import SYNTHETIC_MARKER, THESIS_GROUP1, THESIS_GROUP2
 
 GENERATOR = "fedcare.data.synthetic.pain"
 MARKER_FILE = SYNTHETIC_MARKER

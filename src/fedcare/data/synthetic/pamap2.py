@@ -36,7 +36,7 @@ from fedcare.data.pamap2 import (
     PAPER_ACTIVITIES,
 )
 from fedcare.data.synthetic.output import atomic_directory
-from fedcare.data.unbc import SYNTHETIC_MARKER
+from fedcare.data.common import SYNTHETIC_MARKER
 
 G = 9.81
 RATE = 100

@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 
 from fedcare.data.synthetic.output import atomic_directory
-from fedcare.data.unbc import SYNTHETIC_MARKER
+from fedcare.data.common import SYNTHETIC_MARKER
 from fedcare.data.xray import CLASSES
 
 ROOT_NAME = "Curated X-Ray Dataset"
@@ -83,30 +83,45 @@ def generate_xray(
     seed: int = 0,
     scale: float = 0.02,
     image_size: int = 64,
+    sites: int | None = None,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Write `scale` times the real class counts (at least 4 each) into
-    `out/Curated X-Ray Dataset/<Class>/<Class> (<n>).jpg`. Returns {"root", "images", "classes"}."""
+    `out/Curated X-Ray Dataset/<Class>/<Class> (<n>).jpg`. With `sites`, write one copy per
+    site instead, `out/site-<k>/Curated X-Ray Dataset/...` (k = 1..sites), each holding every
+    `sites`-th image of each class in its own source look (exposure, contrast, noise): the
+    natural split of a multi-hospital collection. Returns {"root", "images", "classes"}."""
     if scale <= 0 or image_size < 16:
         raise ValueError(f"scale must be > 0 and image_size >= 16, got {scale}, {image_size}")
+    if sites is not None and sites < 2:
+        raise ValueError(f"sites must be at least 2, got {sites}")
     counts = {name: max(4, round(REAL_COUNTS[name] * scale)) for name in CLASSES}
     total, done = sum(counts.values()), 0
+    note = {"generator": "fedcare.data.synthetic.xray", "seed": seed, "note": "SYNTHETIC chest X-rays, not patients",
+            "options": {"scale": scale, "image_size": image_size, "sites": sites}}
+    marker = json.dumps(note, indent=2, sort_keys=True) + "\n"
     with atomic_directory(Path(out), overwrite) as tmp:
+        folders = [tmp] if sites is None else [tmp / f"site-{k}" for k in range(1, sites + 1)]
         for index, name in enumerate(CLASSES):
-            folder = tmp / ROOT_NAME / name
-            folder.mkdir(parents=True)
+            for folder in folders:
+                (folder / ROOT_NAME / name).mkdir(parents=True)
+            written = [0] * len(folders)
             for n in range(1, counts[name] + 1):
                 rng = np.random.default_rng([seed, index, n])
                 size = int(image_size * rng.uniform(1.0, 1.5))  # sizes vary, as in the collated sources
-                img = _source_look(_chest(rng, size, name), rng, int(rng.integers(N_SOURCES)), seed)
+                chest = _chest(rng, size, name)
+                site = 0 if sites is None else (n - 1) % sites
+                source = int(rng.integers(N_SOURCES)) if sites is None else site  # a site is one source
+                img = _source_look(chest, rng, source, seed)
                 if rng.random() < 0.5:
                     img = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
-                cv2.imwrite(str(folder / f"{name} ({n}).jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 90])
+                folder = folders[site] / ROOT_NAME / name
+                written[site] += 1
+                cv2.imwrite(str(folder / f"{name} ({written[site]}).jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 90])
                 done += 1
                 if progress:
                     progress(done, total)
-        note = {"generator": "fedcare.data.synthetic.xray", "seed": seed, "note": "SYNTHETIC chest X-rays, not patients",
-                "options": {"scale": scale, "image_size": image_size}}
-        (tmp / SYNTHETIC_MARKER).write_text(json.dumps(note, indent=2, sort_keys=True) + "\n")
+        for folder in {tmp, *folders}:  # every copy says it is synthetic, also read on its own
+            (folder / SYNTHETIC_MARKER).write_text(marker)
     return {"root": str(out), "images": total, "classes": counts}

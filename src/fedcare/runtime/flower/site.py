@@ -2,9 +2,10 @@
 the site's own data, with the client's private state kept in `Context.state` and, because
 `Context.state` lives only in the SuperNode's memory, in a state file after every message.
 
-A `StudySite` is what a study gives a site: its client id, its data by reference, its model
-and algorithms by name. `SiteNode` holds one federation's client state at a time (beginning
-the next federation drops the last: studies run their federations one after another).
+A site is a `fedcare.runtime.sites.Site` (its client id and its data by reference) with a
+`Builder` (the study's model and algorithms by name). `SiteNode` holds one federation's
+client state at a time (beginning the next federation drops the last: studies run their
+federations one after another).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from flwr.app import ConfigRecord, RecordDict
@@ -25,33 +26,16 @@ from fedcare.algorithms.messages import ClientState
 from fedcare.algorithms.split import load_tensors
 from fedcare.algorithms.training import ClientData
 from fedcare.runtime.clients import ClientRunner
+from fedcare.runtime.sites import Builder, Site, SiteError
 from fedcare.runtime.flower.records import Begin, record_to_tensors, tensors_to_record
 
 SITE_META = "fedcare-site"
 
 
-class SiteError(RuntimeError):
-    """A site cannot take part: unknown site, missing data directory, bad experiment file.
-    The message names the site and the problem; the ServerApp stops before any training."""
-
-
-class StudySite(Protocol):
-    client: ClientId
-    synthetic: bool
-
-    def summary(self) -> dict: ...
-
-    def data(self, ref: str) -> ClientData: ...
-
-    def new_model(self) -> nn.Module: ...
-
-    def algorithm(self, name: str) -> Algorithm: ...
-
-
 @dataclass
 class FactorySite:
-    """A site built from Python factories (`make_client_app`): data references "train" and
-    "eval" name the client's training and evaluation data."""
+    """A site built from Python factories (`make_client_app`), its own builder: data
+    references "train" and "eval" name the client's training and evaluation data."""
 
     client: ClientId
     algorithm_factory: Callable[[], Algorithm]
@@ -81,9 +65,10 @@ class FactorySite:
 class SiteNode:
     """One site's client within the current federation, run operation by operation."""
 
-    def __init__(self, site: StudySite):
+    def __init__(self, site: Site, builder: Builder):
         self.site = site
-        self.model = site.new_model()
+        self.builder = builder
+        self.model = builder.new_model()
         self.namespace: str | None = None
         self.algorithm_name = ""
         self.runner: ClientRunner | None = None
@@ -103,7 +88,7 @@ class SiteNode:
         return results
 
     def _begin(self, namespace: str, op: Begin) -> None:
-        algorithm = self.site.algorithm(op.algorithm)
+        algorithm = self.builder.algorithm(op.algorithm)
         load_tensors(self.model, op.model.tensors)
         self.namespace, self.algorithm_name = namespace, op.algorithm
         self.runner = ClientRunner(algorithm.client, op.seed, self.site.client, algorithm.client.init_state(self.model))
@@ -151,7 +136,7 @@ class SiteNode:
         return True
 
     def _resume(self, meta: dict, state: ClientState, best: ClientState | None) -> None:
-        algorithm = self.site.algorithm(meta["algorithm"])
+        algorithm = self.builder.algorithm(meta["algorithm"])
         self.namespace, self.algorithm_name = meta["namespace"], meta["algorithm"]
         self.runner = ClientRunner(algorithm.client, int(meta["seed"]), self.site.client, state)
         self.runner.best = best

@@ -1,40 +1,131 @@
-"""The FedHealth 2 study's inputs: all examples as tensors, with the model that fits them."""
+"""The FedHealth 2 study's data: every client's examples, as a site sees them.
+
+Two ways to make clients (`protocol.split`):
+
+- "dirichlet" (the paper): one pooled dataset (PAMAP2 windows of every subject, or every
+  X-ray), z-scored (PAMAP2) over all of it, split per seed by a Dirichlet label split into
+  `protocol.clients` clients. Dividing one dataset is a pooled step: this runs in one process.
+- "natural": one client per PAMAP2 subject, or per X-ray site folder, each reading only its
+  own data and (PAMAP2) z-scoring its own windows: the same at a site on Flower as here.
+
+Every client is a `FedHealth2Site` whose data references are "train/<seed>", "test/<seed>"
+(its per-client 50/50 split for that run seed) and "pretrain/<seed>" (its share of the
+training data for FedAP's federated pretraining).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
-from fedcare.config import FedHealth2Experiment
-from fedcare.data.xray import CLASSES, load_xray, read_xray
-from fedcare.models.alexnet_bn import AlexNetBN
+from fedcare.algorithms.base import ClientId
+from fedcare.algorithms.training import ClientData
+from fedcare.data.partition import dirichlet_label_split, train_test_split_per_client
+from fedcare.data.xray import CLASSES, XrayLayoutError, find_class_root, load_xray, read_xray
+from fedcare.seeding import numpy_rng
+from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.rundir import SYNTHETIC_DIR, Progress
+
+Split = Callable[[int], tuple[np.ndarray, np.ndarray]]  # run seed -> (train indices, test indices)
 
 
 @dataclass
-class FedHealth2Data:
+class Examples:
     x: torch.Tensor  # uint8 images (N, 1, S, S) or float windows (N, 27, T)
     y: torch.Tensor  # int64 class labels
-    model_fn: Callable[[], nn.Module]
     synthetic: bool
     description: str
 
 
-def _xray(config: FedHealth2Experiment, workdir: Path, progress: Progress | None) -> FedHealth2Data:
-    from fedcare.data.synthetic.xray import generate_xray
+class FedHealth2Site:
+    """One client's examples and its split per run seed (a `fedcare.runtime.sites.Site`)."""
 
-    size = config.protocol.image_size
-    root = config.data.root
-    if config.data.synthetic is not None:
-        syn = config.data.synthetic
-        root = workdir / SYNTHETIC_DIR
+    def __init__(self, client: ClientId, examples: Examples, split: Split, config: FedHealth2Experiment):
+        self.client = client
+        self.x, self.y = examples.x, examples.y
+        self.synthetic = examples.synthetic
+        self.split = split
+        self.config = config
+        self._cache: dict[str, ClientData] = {}
+        self._cache_seed: int | None = None
+
+    def summary(self) -> dict:
+        """Training examples per run seed (a client with fewer than 2 sits a seed out)."""
+        return {"train": {str(seed): len(self.split(seed)[0]) for seed in self.config.seeds}}
+
+    def data(self, ref: str) -> ClientData:
+        kind, _, seed_text = ref.partition("/")
+        if kind not in ("train", "test", "pretrain") or not seed_text.lstrip("-").isdigit():
+            raise ValueError(f"unknown FedHealth 2 data reference {ref!r}")
+        seed = int(seed_text)
+        if seed != self._cache_seed:  # keep the current run seed's sets only
+            self._cache, self._cache_seed = {}, seed
+        if kind not in self._cache:
+            train, test = self.split(seed)
+            if kind == "train":
+                index = train
+            elif kind == "test":
+                index = test
+            else:
+                share = numpy_rng(seed, "pretrain-share", self.client).permutation(len(train))
+                index = train[np.sort(share[: max(2, int(self.config.protocol.pretrain_fraction * len(train)))])]
+            self._cache[kind] = subset(self.x, self.y, index)
+        return self._cache[kind]
+
+
+def subset(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> ClientData:
+    index = torch.from_numpy(np.asarray(idx, dtype=np.int64))
+    return ClientData(x[index], y[index])
+
+
+# -- the two splits ------------------------------------------------------------------------
+class DirichletSplits:
+    """The paper's split of one pooled dataset, drawn per run seed and kept: client k's
+    (train, test) indices into the pooled examples."""
+
+    def __init__(self, y: np.ndarray, config: FedHealth2Experiment):
+        self.y, self.config = y, config
+        self._by_seed: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def __call__(self, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        if seed not in self._by_seed:
+            p = self.config.protocol
+            parts = dirichlet_label_split(self.y, p.clients, p.dirichlet_alpha, numpy_rng(seed, "partition"))
+            rng = numpy_rng(seed, "train-test")  # one generator across the clients, in order
+            self._by_seed = {seed: [train_test_split_per_client(idx, p.test_fraction, rng) for idx in parts]}
+        return self._by_seed[seed]
+
+
+def natural_split(client: ClientId, n: int, test_fraction: float) -> Split:
+    """A client's own 50/50 split for each run seed, from its own generator: a site draws it alone."""
+    return lambda seed: train_test_split_per_client(np.arange(n), test_fraction, numpy_rng(seed, "train-test", client))
+
+
+# -- reading ---------------------------------------------------------------------------------
+def generate(config: FedHealth2Experiment, workdir: Path, progress: Progress | None) -> Path:
+    """Write the configured synthetic copy into the run directory; returns its root."""
+    syn = config.data.synthetic
+    root = workdir / SYNTHETIC_DIR
+    if config.data.dataset == "xray":
+        from fedcare.data.synthetic.xray import generate_xray
+
         generate_xray(root, seed=syn.seed, scale=syn.scale, image_size=syn.image_size,
+                      sites=syn.sites if config.protocol.split == "natural" else None,
                       progress=(lambda d, t: progress("generating synthetic X-rays", d, t)) if progress else None)
+    else:
+        from fedcare.data.synthetic.pamap2 import generate_pamap2
+
+        generate_pamap2(root, seed=syn.seed, subjects=syn.subjects, seconds_per_activity=syn.seconds_per_activity,
+                        progress=(lambda d, t: progress("generating synthetic PAMAP2", d, t)) if progress else None)
+    return root
+
+
+def read_xray_examples(root: Path, config: FedHealth2Experiment, progress: Progress | None = None) -> Examples:
+    size = config.protocol.image_size
     ds = load_xray(root)
     images = []
     for i, path in enumerate(ds.paths):
@@ -43,34 +134,51 @@ def _xray(config: FedHealth2Experiment, workdir: Path, progress: Progress | None
             progress("reading X-rays", i + 1, len(ds.paths))
     x = torch.from_numpy(np.stack(images)[:, None])
     kind = "synthetic chest X-rays generated by fedcare, not patients" if ds.synthetic else f"chest X-rays from {ds.root}"
-    hidden = config.train.hidden
-    return FedHealth2Data(x, torch.from_numpy(ds.labels), lambda: AlexNetBN(len(CLASSES), 1, hidden), ds.synthetic,
-                          f"{len(x)} {kind}; classes {ds.class_counts()}")
+    return Examples(x, torch.from_numpy(ds.labels), ds.synthetic, f"{len(x)} {kind}; classes {ds.class_counts()}")
 
 
-def _pamap2(config: FedHealth2Experiment, workdir: Path, progress: Progress | None) -> FedHealth2Data:
-    """PAMAP2 windows (27 channels, 10 activities), z-scored per channel over all windows — a
-    preprocessing step on the pooled data, as the authors' preprocessed array was; a deployment
-    would fix these constants in advance."""
+def read_pamap2(root: Path, config: FedHealth2Experiment, subjects: Sequence[int] | None = None) -> Examples:
+    """PAMAP2 windows (27 channels, 10 activities) of `subjects` (default all), z-scored per
+    channel over the windows read: over every subject for the Dirichlet split (a pooled
+    preprocessing step, as the authors' preprocessed array was), over its own windows at a
+    natural-split site."""
     from fedcare.data.pamap2 import load_pamap2_windows
-    from fedcare.data.synthetic.pamap2 import generate_pamap2
-    from fedcare.models.har_cnn import HarCNN
 
-    root = config.data.root
-    if config.data.synthetic is not None:
-        syn = config.data.synthetic
-        root = workdir / SYNTHETIC_DIR
-        generate_pamap2(root, seed=syn.seed, subjects=syn.subjects, seconds_per_activity=syn.seconds_per_activity,
-                        progress=(lambda d, t: progress("generating synthetic PAMAP2", d, t)) if progress else None)
     p = config.protocol
-    windows = load_pamap2_windows(root, window=p.window, step=p.step)
+    windows = load_pamap2_windows(root, window=p.window, step=p.step, subjects=subjects)
     kind = "synthetic PAMAP2 recordings generated by fedcare, not people" if windows.synthetic else f"PAMAP2 from {root}"
-    window = p.window
-    return FedHealth2Data(torch.from_numpy(windows.x), torch.from_numpy(windows.y), lambda: HarCNN(10, 27, window),
-                          windows.synthetic, f"{len(windows.y)} windows of {kind}; classes {windows.class_counts()}")
+    return Examples(torch.from_numpy(windows.x), torch.from_numpy(windows.y), windows.synthetic,
+                    f"{len(windows.y)} windows of {kind}; classes {windows.class_counts()}")
 
 
-def load_fedhealth2_data(config: FedHealth2Experiment, workdir: Path, progress: Progress | None = None) -> FedHealth2Data:
-    if config.data.dataset == "xray":
-        return _xray(config, workdir, progress)
-    return _pamap2(config, workdir, progress)
+def natural_clients(root: Path, config: FedHealth2Experiment) -> list[ClientId]:
+    """Every natural client under `root`: PAMAP2 subject ids, or the X-ray site folders' names
+    (subfolders holding an X-ray copy)."""
+    if config.data.dataset == "pamap2":
+        from fedcare.data.pamap2 import pamap2_subjects
+
+        return pamap2_subjects(root)
+    folders = sorted(p.name for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")) \
+        if Path(root).is_dir() else []
+    sites = [name for name in folders if _holds_xray(Path(root) / name)]
+    if not sites:
+        raise XrayLayoutError(f"{root}: no site folders holding an X-ray copy (the natural split reads one "
+                              f"folder per site, each with the four class folders {', '.join(CLASSES)})")
+    return sites
+
+
+def _holds_xray(folder: Path) -> bool:
+    try:
+        find_class_root(folder)
+        return True
+    except XrayLayoutError:
+        return False
+
+
+def read_client(root: Path, client: ClientId, config: FedHealth2Experiment) -> Examples:
+    """A natural-split client's own examples: its PAMAP2 subject, or its X-ray folder
+    (`root/<client>`, or `root` itself when that is the site's own copy)."""
+    if config.data.dataset == "pamap2":
+        return read_pamap2(root, config, [int(client)])
+    folder = Path(root) / str(client)
+    return read_xray_examples(folder if folder.is_dir() else Path(root), config)

@@ -1,152 +1,96 @@
-"""The FedHealth 2 study (Chen et al. 2021; Lu et al., FedAP) end to end.
-
-The data (PAMAP2 windows or chest X-rays) are split into `clients` by a Dirichlet label split
-(α = 0.1), each client's share 50/50 into train and test. Every method starts from the same
-random init, except FedAP and d-FedAP, which start from a model pretrained centrally on a
-random 20% of the pooled training data (the paper's pretrained f) and run their statistics
-exchange before round 1; f-FedAP runs `ffedap_warmup_rounds` FedBN rounds first, then the
-exchange. After every round each client's personalized model is evaluated on its own test
-set (accuracy); round 0 is the starting point.
-"""
+"""The FedHealth 2 study as fedcare runs it: in this process with the paper's Dirichlet split of
+one pooled dataset, or, with the natural split (one client per PAMAP2 subject or X-ray site
+folder), in this process or across sites on Flower with each site reading its own data."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import torch
 from torch import nn
 
-from fedcare.algorithms import Algorithm, centralized, fedavg, local
-from fedcare.algorithms.fedap import fedap
-from fedcare.algorithms.fedbn import fedbn
-from fedcare.algorithms.fedper import fedper
-from fedcare.algorithms.fedprox import fedprox
-from fedcare.algorithms.training import ClientData, TrainSettings
-from fedcare.config import FedHealth2Experiment, to_toml
-from fedcare.data.partition import dirichlet_label_split, train_test_split_per_client
-from fedcare.report import build_report
-from fedcare.runtime.simulation import Federation
-from fedcare.seeding import derive_seed, numpy_rng
-from fedcare.studies.fedhealth2.data import load_fedhealth2_data
-from fedcare.studies.rundir import Progress, partial_run_directory, records_writer, start_run, write_run_info
+from fedcare.algorithms import Algorithm
+from fedcare.algorithms.base import ClientId
+from fedcare.config import ConfigError
+from fedcare.data.xray import CLASSES
+from fedcare.runtime.local import LocalRuntime
+from fedcare.runtime.sites import SiteError
+from fedcare.studies.base import Study
+from fedcare.studies.fedhealth2 import data as fh2data
+from fedcare.studies.fedhealth2.config import PRETRAINED_METHODS, FedHealth2Experiment
+from fedcare.studies.fedhealth2.methods import make_algorithm
+from fedcare.studies.fedhealth2.protocol import FedHealth2Protocol
+from fedcare.studies.rundir import Progress
 
 
-def make_algorithm(method: str, config: FedHealth2Experiment) -> Algorithm:
-    t, o = config.train, config.options
-    settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs)
-    if method == "local":
-        return local(settings)
-    if method == "fedavg":
-        return fedavg(settings, t.aggregation)
-    if method == "fedprox":
-        return fedprox(settings, mu=o.fedprox_mu, squared=o.fedprox_squared, weighting=t.aggregation)
-    if method == "fedbn":
-        return fedbn(settings, weighting=t.aggregation)
-    if method == "fedper":
-        return fedper(settings, head_paths=tuple(o.fedper_private), weighting=t.aggregation)
-    if method in ("fedap", "f-fedap"):
-        return fedap(settings, lam=o.fedap_lambda, statistics="bn", weighting=t.aggregation)
-    if method == "d-fedap":
-        return fedap(settings, lam=o.fedap_lambda, statistics="classifier", weighting=t.aggregation)
-    raise ValueError(f"unknown method {method!r}")
+class FedHealth2Study(Study):
+    name = "fedhealth2"
+    config_model = FedHealth2Experiment
+    description = "FedHealth 2 / FedAP on wearables (synthetic PAMAP2), 20 Dirichlet clients"
+    protocol_class = FedHealth2Protocol
+    report_module = "fedcare.studies.fedhealth2.report"
+    config: FedHealth2Experiment
 
+    def new_model(self) -> nn.Module:
+        if self.config.data.dataset == "xray":
+            from fedcare.models.alexnet_bn import AlexNetBN
 
-def new_model(model_fn: Callable[[], nn.Module], seed: int) -> nn.Module:
-    """Build the model with torch's default init drawn from the run's derived seed, leaving the
-    global generator as it was."""
-    with torch.random.fork_rng():
-        torch.manual_seed(derive_seed(seed, "init"))
-        return model_fn()
+            return AlexNetBN(len(CLASSES), 1, self.config.train.hidden)
+        from fedcare.models.har_cnn import HarCNN
 
+        return HarCNN(10, 27, self.config.protocol.window)
 
-def split_clients(y: np.ndarray, config: FedHealth2Experiment, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    p = config.protocol
-    parts = dirichlet_label_split(y, p.clients, p.dirichlet_alpha, numpy_rng(seed, "partition"))
-    rng = numpy_rng(seed, "train-test")
-    return [train_test_split_per_client(idx, p.test_fraction, rng) for idx in parts]
+    def algorithm(self, name: str) -> Algorithm:
+        return make_algorithm(name, self.config)
 
+    # -- data --------------------------------------------------------------------------
+    def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:
+        config = self.config
+        root = fh2data.generate(config, workdir, progress) if config.data.synthetic is not None else config.data.root
+        if config.protocol.split == "dirichlet":
+            if config.data.dataset == "xray":
+                examples = fh2data.read_xray_examples(root, config, progress)
+            else:
+                examples = fh2data.read_pamap2(root, config)
+            splits = fh2data.DirichletSplits(examples.y.numpy(), config)
+            sites = {c: fh2data.FedHealth2Site(c, examples, lambda seed, c=c: splits(seed)[c], config)
+                     for c in range(config.protocol.clients)}
+            return LocalRuntime(sites, self.algorithm, synthetic=examples.synthetic,
+                                notes=[f"Data: {examples.description}"])
+        clients = list(config.protocol.subjects) or fh2data.natural_clients(root, config)
+        sites = {c: self._site(c, fh2data.read_client(root, c, config)) for c in clients}
+        synthetic = all(s.synthetic for s in sites.values())
+        kind = "synthetic data generated by fedcare" if synthetic else f"data from {root}"
+        return LocalRuntime(sites, self.algorithm, synthetic=synthetic,
+                            notes=[f"Data: natural split, {len(sites)} clients reading their own {kind}."])
 
-class FedHealth2Study:
-    def __init__(self, config: FedHealth2Experiment, x: torch.Tensor, y: torch.Tensor,
-                 model_fn: Callable[[], nn.Module], write: Callable[[dict], None], progress: Progress | None):
-        self.config, self.x, self.y, self.model_fn = config, x, y, model_fn
-        self.write = write
-        self.progress = progress or (lambda *_: None)
-        self.units_done = 0
-        self.units_total = len(config.seeds) * len(config.methods) * config.train.rounds
+    def _site(self, client: ClientId, examples: fh2data.Examples) -> fh2data.FedHealth2Site:
+        return fh2data.FedHealth2Site(
+            client, examples, fh2data.natural_split(client, len(examples.y), self.config.protocol.test_fraction),
+            self.config)
 
-    def subset(self, idx: np.ndarray) -> ClientData:
-        index = torch.from_numpy(np.asarray(idx, dtype=np.int64))
-        return ClientData(self.x[index], self.y[index])
+    def clients(self) -> list[ClientId]:
+        """Natural split: `protocol.subjects`, else the clients `[deployment.sites]` names."""
+        listed = list(self.config.protocol.subjects) or list(self.config.deployment.sites.values())
+        return sorted(listed, key=str) if not all(isinstance(c, int) for c in listed) else sorted(listed)
 
-    def pretrain(self, seed: int, train: dict[int, ClientData]) -> dict[str, torch.Tensor]:
-        """The paper's pretrained f: centralized training on a random share of the pooled training data."""
-        pooled = ClientData.concat(train[c] for c in sorted(train))
-        rng = numpy_rng(seed, "pretrain-share")
-        share = rng.permutation(len(pooled))[: max(2, int(self.config.protocol.pretrain_fraction * len(pooled)))]
-        data = ClientData(pooled.x[torch.from_numpy(share)], pooled.y[torch.from_numpy(share)])
-        t = self.config.train
-        settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=1)
-        federation = Federation(new_model(self.model_fn, seed), centralized(settings), seed)
-        federation.train_phase("pretrain", {0: data}, {}, max_rounds=t.pretrain_epochs, patience=t.pretrain_epochs)
-        return federation.global_message.clone().tensors
+    def open_site(self, site: str, data_dir: Path) -> fh2data.FedHealth2Site:
+        """A site holds one client: its PAMAP2 subject from its PAMAP2 copy, or its X-ray copy
+        (`data_dir/<client>`, or `data_dir` itself)."""
+        client = self.site_client(site)
+        if not Path(data_dir).is_dir():
+            raise SiteError(f"site {site!r}: data directory {data_dir} does not exist")
+        return self._site(client, fh2data.read_client(Path(data_dir), client, self.config))
 
-    def evaluate(self, federation: Federation, method: str, seed: int, rnd: int, test: dict[int, ClientData]) -> None:
-        for cid in sorted(test):
-            probabilities, loss = federation.predict(cid, test[cid])
-            accuracy = (probabilities.argmax(dim=1) == test[cid].y).float().mean().item() if len(test[cid]) else float("nan")
-            self.write({"type": "client_eval", "study": "fedhealth2", "method": method, "seed": seed, "round": rnd,
-                        "client": cid, "n": len(test[cid]), "accuracy": accuracy, "loss": loss})
-
-    def run_method(self, method: str, seed: int, train: dict[int, ClientData], test: dict[int, ClientData],
-                   pretrained: dict[str, torch.Tensor] | None) -> None:
-        model = new_model(self.model_fn, seed)
-        if method in ("fedap", "d-fedap"):
-            model.load_state_dict(pretrained)
-        federation = Federation(model, make_algorithm(method, self.config), seed)
-        if method in ("fedap", "d-fedap"):
-            federation.run_setup("setup", train)
-        self.evaluate(federation, method, seed, 0, test)
-        for rnd in range(1, self.config.train.rounds + 1):
-            if method == "f-fedap" and rnd == self.config.options.ffedap_warmup_rounds + 1:
-                federation.run_setup("setup", train)  # weights from the model after the FedBN warm-up rounds
-            info = federation.run_round("train", rnd, train)
-            self.write({"type": "round", "study": "fedhealth2", "method": method, "seed": seed, "phase": "train",
-                        "round": rnd, **info})
-            self.evaluate(federation, method, seed, rnd, test)
-            self.units_done += 1
-            self.progress(f"seed {seed}: {method} round {rnd}", self.units_done, self.units_total)
-
-    def run(self) -> None:
-        for seed in self.config.seeds:
-            splits = split_clients(self.y.numpy(), self.config, seed)
-            train = {c: self.subset(tr) for c, (tr, te) in enumerate(splits) if len(tr) >= 2}
-            test = {c: self.subset(te) for c, (tr, te) in enumerate(splits) if c in train}
-            pretrained = self.pretrain(seed, train) if {"fedap", "d-fedap"} & set(self.config.methods) else None
-            for method in self.config.methods:
-                self.run_method(method, seed, train, test, pretrained)
-
-
-def run_fedhealth2_experiment(
-    config: FedHealth2Experiment, out: Path, *, config_file: str = "", progress: Progress | None = None,
-    keep_partial: bool = False,
-) -> Path:
-    with partial_run_directory(out, keep_partial) as partial:
-        started = start_run(partial, config, to_toml(config))
-        data = load_fedhealth2_data(config, partial, progress)
-        with records_writer(partial / "metrics.jsonl") as write:
-            study = FedHealth2Study(config, data.x, data.y, data.model_fn, write, progress)
-            t0 = time.perf_counter()
-            study.run()
-            seconds = time.perf_counter() - t0
-        notes = [f"Data: {data.description}"]
-        write_run_info(
-            partial, out, study="fedhealth2", title=config.title, dataset=config.data.dataset, synthetic=data.synthetic,
-            config_file=config_file, seeds=config.seeds, methods=config.methods, clients=config.protocol.clients,
-            rounds=config.train.rounds, started=started, training_seconds=round(seconds, 2), notes=notes,
-        )
-        build_report(partial)
-    return Path(out)
+    def check_deployable(self, name: str) -> None:
+        p = self.config.protocol
+        if p.split != "natural":
+            raise ConfigError(f"{name}: protocol.split = 'dirichlet' divides one pooled dataset, which sites do "
+                              f"not have; it runs in one process only. Across sites use protocol.split = 'natural' "
+                              f"(one client per PAMAP2 subject or X-ray site folder)")
+        pretrained = [m for m in self.config.methods if m in PRETRAINED_METHODS]
+        if pretrained and p.pretrain == "pooled":
+            raise ConfigError(f"{name}: methods {pretrained} start from a model pretrained on pooled data; across "
+                              f"sites set protocol.pretrain = 'federated' (FedAvg on each site's own share)")
+        if not self.clients():
+            raise ConfigError(f"{name}: list the clients the sites hold in protocol.subjects (PAMAP2 subject ids "
+                              f"or X-ray site folder names) or in [deployment.sites]")

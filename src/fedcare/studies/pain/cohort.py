@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from fedcare.algorithms.training import ClientData
+from fedcare.data.common import DataError
 from fedcare.data.transforms import four_variants, preprocess
 from fedcare.data.unbc import UnbcDataset, UnbcFrame, load_unbc, read_grey
 from fedcare.seeding import numpy_rng
@@ -20,7 +21,7 @@ from fedcare.seeding import numpy_rng
 FATAL_PROBLEMS = {"missing_pspi", "bad_pspi", "label_without_image"}
 
 
-class PainDataError(ValueError):
+class PainDataError(DataError):
     """Input data the study cannot use; the message names the path."""
 
 
@@ -124,18 +125,19 @@ def balance(sessions: list[Session], upto: int, per_class: int, rng: np.random.G
 
 
 class PainSite:
-    """One subject's sessions as the site holding them sees them. The study addresses the data
-    by reference, so the same protocol code runs in process and on Flower, where a site's
-    frames never leave it:
+    """One subject's sessions as the site holding them sees them (a `fedcare.runtime.sites.Site`).
+    The study addresses the data by reference, so the same protocol code runs in process and
+    on Flower, where a site's frames never leave it:
 
     - "train/<seed>/<upto>": the balanced training set of sessions 0..upto (`balance`);
     - "session/<s>": every frame of session s in its 4 variants (validation and test).
     """
 
-    def __init__(self, subject: int, sessions: list[Session], per_class: int):
-        self.subject = subject
+    def __init__(self, subject: int, sessions: list[Session], per_class: int, synthetic: bool):
+        self.subject = self.client = subject
         self.sessions = sessions
         self.per_class = per_class
+        self.synthetic = synthetic
         self._session_data: dict[int, ClientData] = {}
         self._train: tuple[str, ClientData] | None = None
 

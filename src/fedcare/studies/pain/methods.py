@@ -1,5 +1,6 @@
 """The pain study's methods as the thesis names them: RANDOM, BC, BF and C/F/FP/FL with an
-initialisation N (random), C (centrally pretrained) or F (federatedly pretrained)."""
+initialisation N (random), C (centrally pretrained) or F (federatedly pretrained), and the
+algorithms behind them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from dataclasses import dataclass
 
 from fedcare.algorithms import Algorithm, centralized, fedavg, local, pfdl
 from fedcare.algorithms.training import TrainSettings
-from fedcare.config import METHOD_PATTERN, PainExperiment
+from fedcare.studies.pain.config import METHOD_PATTERN, PainExperiment
+from fedcare.tasks import BINARY
 
 BASELINE_INIT = {"RANDOM": "N", "BC": "C", "BF": "F"}
 FAMILY_ALGORITHM = {"C": "centralized", "F": "fedavg", "FP": "pfdl", "FL": "local"}
@@ -28,10 +30,16 @@ class Method:
             return Method(label, BASELINE_INIT[label], None)
         return Method(label, match.group(3), FAMILY_ALGORITHM[match.group(2)])
 
+    @property
+    def pools_data(self) -> bool:
+        """Centralized training, and the Group-1 pretraining of the C and F inits (one split
+        drawn across the whole group), need every client's data in one place."""
+        return self.algorithm == "centralized" or self.init != "N"
+
 
 def make_algorithm(name: str, config: PainExperiment) -> Algorithm:
     t = config.train
-    settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs)
+    settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs, task=BINARY)
     if name == "centralized":
         return centralized(settings)
     if name == "fedavg":

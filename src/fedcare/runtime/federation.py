@@ -1,5 +1,6 @@
-"""A federation's server side, run in this process: the simulator's loop (and, with
-`FlowerClients`, the ServerApp's). Clients are in `fedcare.runtime.clients`."""
+"""A federation's server side: sampling, the server half, evaluation and early stopping. The
+same loop runs the in-process simulator (with `LocalClients`) and Flower's ServerApp (with
+`fedcare.runtime.flower.FlowerClients`). Clients are in `fedcare.runtime.clients`."""
 
 from __future__ import annotations
 
@@ -8,12 +9,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import torch
 from torch import nn
 
 from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientId
 from fedcare.algorithms.messages import ClientState, Message
-from fedcare.algorithms.training import ClientData, predict
 from fedcare.runtime.clients import Clients, DataRef, LocalClients
 from fedcare.seeding import numpy_rng
 
@@ -48,7 +47,7 @@ class Federation:
         self.global_message = self.server.initial_message(model)
         self.clients: Clients = clients if clients is not None else LocalClients(model, algorithm.client, seed)
 
-    # -- in-process conveniences (tests, the untrained baselines) ------------------------
+    # -- in-process inspection (tests): what a client holds ------------------------------
     @property
     def states(self) -> dict[ClientId, ClientState]:
         return self.clients.states
@@ -59,9 +58,6 @@ class Federation:
     def personal_model(self, client: ClientId) -> nn.Module:
         """The model this client would actually use: shared parts + its own private parts."""
         return self.algorithm.client.load(self.model, self.message_for(client), self.state_of(client))
-
-    def predict(self, client: ClientId, data: ClientData) -> tuple[torch.Tensor, float]:
-        return predict(self.personal_model(client), data)
 
     # -- the protocol ------------------------------------------------------------------
     def sample(self, phase: str, rnd: int, clients: list[ClientId]) -> list[ClientId]:

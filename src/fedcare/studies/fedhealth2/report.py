@@ -1,6 +1,6 @@
 """The report of a FedHealth 2 run: per-client accuracy of personalized FL methods.
 
-``build_fedhealth2_report(run_dir, run_info)`` reads ``run_dir/metrics.jsonl`` and writes::
+``build_report(run_dir, run_info, notes)`` reads ``run_dir/metrics.jsonl`` and writes::
 
     tables/summary.{csv,md}                 per method at the final round: mean accuracy over
                                             clients ± SD across clients, weighted mean, worst and
@@ -10,7 +10,7 @@
     plots/per_client_accuracy.png           grouped bars per client, final round
     report.html
 
-Only the ``"type": "client_eval"`` records are used: one per (method, seed, round, client), the
+Only the ``"type": "client_eval"`` records with a round are used: one per (method, seed, round, client), the
 accuracy of that client's own (personalized) model on that client's own test data, with ``n``
 test examples. Round 0 is before training. The aggregation, step by step:
 
@@ -44,22 +44,17 @@ from typing import Any
 
 import numpy as np
 
-from fedcare.evaluation.statistics import Unit, nanmean, nanstd, read_records, sort_units, weighted_mean_sd
-from fedcare.report.html import facts_table, figure_block, nav_html, notes_html, page_title, render_page, table_block
-from fedcare.report.plots import method_bars, method_lines
-from fedcare.report.tables import (
-    Table, atomic_write_bytes, atomic_write_text, pct, pct_pm, unit_label, write_tables,
+from fedcare.evaluation.statistics import (
+    Unit, as_float, as_unit, first_appearance, nanmean, nanstd, sort_units, weighted_mean_sd,
 )
+from fedcare.report import write_report
+from fedcare.report.html import render_run_page, table_block
+from fedcare.report.plots import method_bars, method_lines
+from fedcare.report.tables import Table, pct, pct_pm, unit_label
+from fedcare.studies.rundir import METRICS_FILE, read_run_records
 
-__all__ = [
-    "ClientEval", "FedHealth2Aggregate", "MethodAccuracy", "aggregate_fedhealth2", "build_fedhealth2_plots",
-    "build_fedhealth2_report", "build_fedhealth2_tables", "format_summary_markdown", "load_client_evals",
-    "load_fedhealth2_run", "render_fedhealth2_html", "summary_rows",
-]
 
-STUDY = "fedhealth2"
 RECORD_TYPE = "client_eval"
-METRICS_FILE = "metrics.jsonl"
 
 
 # -- records ----------------------------------------------------------------------------
@@ -75,15 +70,6 @@ class ClientEval:
     accuracy: float  # fraction or NaN
 
 
-def _as_float(x: Any) -> float:
-    if x is None or isinstance(x, bool):
-        return math.nan
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _round(x: Any) -> float | int:
     v = float(x)
     return int(v) if v.is_integer() else v
@@ -95,7 +81,7 @@ def load_client_evals(records: Iterable[Mapping[str, Any]], source: str = METRIC
     ``source`` and the record's position; a missing or non-numeric accuracy or n becomes NaN."""
     out = []
     for i, r in enumerate(records, start=1):
-        if r.get("type") != RECORD_TYPE:
+        if r.get("type") != RECORD_TYPE or "round" not in r:
             continue
         missing = [k for k in ("method", "seed", "round", "client") if r.get(k) is None]
         if missing:
@@ -106,10 +92,9 @@ def load_client_evals(records: Iterable[Mapping[str, Any]], source: str = METRIC
             raise ValueError(
                 f"{source}: client_eval record {i} has a round that is not a number: {r['round']!r}"
             ) from None
-        client = tuple(r["client"]) if isinstance(r["client"], list) else r["client"]
-        seed = tuple(r["seed"]) if isinstance(r["seed"], list) else r["seed"]
-        out.append(ClientEval(method=str(r["method"]), seed=seed, round=rnd, client=client, n=_as_float(r.get("n")),
-                              accuracy=_as_float(r.get("accuracy"))))
+        out.append(ClientEval(method=str(r["method"]), seed=as_unit(r["seed"]), round=rnd, client=as_unit(r["client"]),
+                              n=as_float(r.get("n")),
+                              accuracy=as_float(r.get("accuracy"))))
     return out
 
 
@@ -188,13 +173,6 @@ class FedHealth2Aggregate:
     nan_evaluations: int = 0  # of which the accuracy is not a number (any round)
 
 
-def _first_appearance(items: Iterable) -> list:
-    seen: dict = {}
-    for x in items:
-        seen.setdefault(x, None)
-    return list(seen)
-
-
 def aggregate_fedhealth2(
     records: Iterable[Mapping[str, Any] | ClientEval], source: str = METRICS_FILE,
 ) -> FedHealth2Aggregate:
@@ -203,7 +181,7 @@ def aggregate_fedhealth2(
     records = list(records)
     evals = [r for r in records if isinstance(r, ClientEval)]
     evals += load_client_evals([r for r in records if not isinstance(r, ClientEval)], source)
-    methods = _first_appearance(e.method for e in evals)
+    methods = first_appearance(e.method for e in evals)
     clients = sort_units(e.client for e in evals)
     rounds = sorted({e.round for e in evals})
     summary: dict[str, MethodAccuracy] = {}
@@ -212,7 +190,7 @@ def aggregate_fedhealth2(
     per_seed: dict[tuple[str, Any], SeedAccuracy] = {}
     for method in methods:
         mine = [e for e in evals if e.method == method]
-        seeds = _first_appearance(e.seed for e in mine)
+        seeds = first_appearance(e.seed for e in mine)
         aggs = []
         for seed in seeds:
             a = aggregate_seed([e for e in mine if e.seed == seed])
@@ -239,13 +217,11 @@ def load_fedhealth2_run(run_dir: Path) -> tuple[list[dict], FedHealth2Aggregate,
     """(records, aggregate, notes) of a FedHealth 2 run directory. Raises FileNotFoundError if
     metrics.jsonl is missing and ValueError (naming it) if it is malformed or holds no
     client_eval records."""
+    records, notes = read_run_records(run_dir)
     metrics_path = Path(run_dir) / METRICS_FILE
-    if not metrics_path.is_file():
-        raise FileNotFoundError(f"{metrics_path}: no such file (not a run directory?)")
-    records, notes = read_records(metrics_path)
-    if not any(r.get("type") == RECORD_TYPE for r in records):
-        raise ValueError(f"{metrics_path}: no client_eval records (\"type\": \"client_eval\"); nothing to report")
     agg = aggregate_fedhealth2(records, source=str(metrics_path))
+    if not agg.evaluations:
+        raise ValueError(f"{metrics_path}: no client_eval records with a round; nothing to report")
     if agg.nan_evaluations:
         notes.append(f"{agg.nan_evaluations} of {agg.evaluations} client evaluations have no accuracy (NaN) "
                      "and are left out of the means.")
@@ -260,11 +236,11 @@ def load_fedhealth2_run(run_dir: Path) -> tuple[list[dict], FedHealth2Aggregate,
 
 # -- tables -----------------------------------------------------------------------------
 def _rounds_text(rounds: Sequence[float]) -> str:
-    distinct = _first_appearance(rounds)
+    distinct = first_appearance(rounds)
     return "/".join(unit_label(r) for r in distinct)
 
 
-def summary_table(agg: FedHealth2Aggregate) -> Table:
+def accuracy_summary_table(agg: FedHealth2Aggregate) -> Table:
     """Per method at the final round: mean ± SD across clients, weighted mean, worst, best, seed SD."""
     multi_seed = any(len(agg.summary[m].seeds) > 1 for m in agg.methods)
     columns = ["Method", "ACC (mean ± SD across clients)", "weighted ACC", "worst client", "best client", "seed SD",
@@ -317,7 +293,7 @@ def per_client_table(agg: FedHealth2Aggregate) -> Table:
 
 def build_fedhealth2_tables(agg: FedHealth2Aggregate) -> dict[str, Table]:
     """All tables of the report keyed by file stem, in report order."""
-    return {t.name: t for t in (summary_table(agg), per_client_table(agg))}
+    return {t.name: t for t in (accuracy_summary_table(agg), per_client_table(agg))}
 
 
 # -- plots ------------------------------------------------------------------------------
@@ -344,7 +320,7 @@ def build_fedhealth2_plots(agg: FedHealth2Aggregate) -> dict[str, bytes]:
 
 # -- html -------------------------------------------------------------------------------
 KNOWN_FACTS = [
-    ("study", "Study"), ("dataset", "Dataset"), ("config_file", "Config file"), ("seeds", "Seeds"),
+    ("study", "Study"), ("dataset", "Dataset"), ("split", "Split"), ("config_file", "Config file"), ("seeds", "Seeds"),
     ("methods", "Methods"), ("clients", "Clients"), ("rounds", "Rounds"), ("started", "Started"),
     ("finished", "Finished"), ("training_seconds", "Training time (s)"), ("fedcare_version", "fedcare version"),
 ]
@@ -373,49 +349,33 @@ def render_fedhealth2_html(
     run_info: Mapping[str, Any], agg: FedHealth2Aggregate, tables: Mapping[str, Table], plots: Mapping[str, bytes],
     *, run_dir_name: str = "", notes: Sequence[str] = (),
 ) -> str:
-    """The whole page as a string (the shared page skeleton of :mod:`fedcare.report.html`)."""
+    """The whole page as a string (the shared run page of :mod:`fedcare.report.html`)."""
     extra = [("Client evaluations", f"{agg.evaluations} ({agg.nan_evaluations} without accuracy, skipped)"),
              ("Final round", "; ".join(f"{m}: {_rounds_text(agg.summary[m].final_rounds)}" for m in agg.methods))]
-    parts = [
-        nav_html([("facts", "Run"), ("summary-section", "Summary"), ("how", "How to read"),
-                  ("clients-section", "Per client"), ("plots", "Plots")]),
-        '<h2 id="facts">Run</h2>',
-        facts_table(run_info, run_dir_name, KNOWN_FACTS, extra),
+    sections = [
+        ("summary-section", "Summary", "Summary", table_block(tables["summary"])),
+        ("how", "How to read", "How to read this", _how_to_read(agg)),
+        ("clients-section", "Per client", "Per client", table_block(tables["per_client_accuracy"])),
     ]
-    block = notes_html(run_info, notes)
-    if block:
-        parts.append(block)
-    parts.append('<h2 id="summary-section">Summary</h2>')
-    parts.append(table_block(tables["summary"]))
-    parts.append('<h2 id="how">How to read this</h2>')
-    parts.append(_how_to_read(agg))
-    parts.append('<h2 id="clients-section">Per client</h2>')
-    parts.append(table_block(tables["per_client_accuracy"]))
-    parts.append('<h2 id="plots">Plots</h2>')
-    for name, png in plots.items():
-        parts.append(figure_block(name, png, PLOT_CAPTIONS.get(name, name)))
-    return render_page(page_title(run_info, run_dir_name), run_info.get("synthetic"), parts)
+    return render_run_page(run_info, run_dir_name=run_dir_name, known_facts=KNOWN_FACTS, extra_facts=extra,
+                           notes=notes, sections=sections, plots=plots, captions=PLOT_CAPTIONS)
 
 
 # -- the report -------------------------------------------------------------------------
-def build_fedhealth2_report(run_dir: Path, run_info: Mapping[str, Any] | None = None,
-                            notes: Sequence[str] = ()) -> Path:
+def build_report(run_dir: Path, run_info: Mapping[str, Any] | None = None, notes: Sequence[str] = ()) -> Path:
     """Write the tables, plots and report.html of a FedHealth 2 run; returns report.html's path.
 
     ``run_info`` is run.json's content and ``notes`` notes about reading it (see
-    :func:`fedcare.report.read_run_info`); nothing is written if metrics.jsonl has no
+    :func:`fedcare.studies.rundir.read_run_info`); nothing is written if metrics.jsonl has no
     client_eval records (ValueError)."""
     run_dir = Path(run_dir)
     run_info = dict(run_info or {})
     _, agg, more = load_fedhealth2_run(run_dir)
     tables = build_fedhealth2_tables(agg)
     plots = build_fedhealth2_plots(agg)
-    write_tables(tables, run_dir / "tables")
-    for name, png in plots.items():
-        atomic_write_bytes(run_dir / "plots" / f"{name}.png", png)
-    run_dir_name = str(run_info.get("run_dir") or run_dir.name)
-    page = render_fedhealth2_html(run_info, agg, tables, plots, run_dir_name=run_dir_name, notes=[*notes, *more])
-    return atomic_write_text(run_dir / "report.html", page)
+    page = render_fedhealth2_html(run_info, agg, tables, plots, run_dir_name=str(run_info.get("run_dir") or run_dir.name),
+                                  notes=[*notes, *more])
+    return write_report(run_dir, tables, plots, page)
 
 
 def summary_rows(run_dir: Path) -> list[dict]:
@@ -441,3 +401,8 @@ def format_summary_markdown(rows: list[dict]) -> str:
         cells += [pct(r.get(k)) for k in ("accuracy_weighted", "accuracy_worst", "accuracy_best")]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def summary_markdown(run_dir: Path) -> str:
+    """The summary of a run directory in Markdown (printed after a run)."""
+    return format_summary_markdown(summary_rows(run_dir))

@@ -1,14 +1,10 @@
-"""Flower 1.41 apps (Message API) that run fedcare's algorithm halves unchanged.
+"""The ClientApp a site runs (Flower 1.41, Message API): fedcare's client operations
+(`fedcare.runtime.clients`) on the site's own data, through the same `ClientRunner` as the
+in-process simulator.
 
-The ServerApp runs the same server side as the simulator (`Federation`, and a study's
-protocol around it) with `FlowerClients`; the ClientApp runs the same `ClientRunner` on the
-site's own data. Two ways to build them:
-
-- from an experiment file (`server_app` / `client_app` in `fedcare.runtime.flower.app`, what
-  `flwr run` and `fedcare flower run` use): the ServerApp takes the experiment as TOML text
-  in the run config, greets every site with it, and runs the study;
-- from Python factories (`make_server_app` / `make_client_app`): any algorithm and model, a
-  fixed number of rounds.
+`build_client_app(open_site)` serves whatever `open_site` opens from the greeting the server
+sends (the config-driven app of `fedcare.deployment.app` opens a registered study's site);
+`make_client_app` builds one from Python factories (any algorithm, model and data).
 
 A site's ClientApp also answers a plain Flower strategy (`flwr.serverapp.strategy.FedAvg`
 and friends): a TRAIN message with an "arrays" record is one round of the site's algorithm
@@ -24,36 +20,29 @@ from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.serverapp import Grid, ServerApp
 from torch import nn
 
-from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientHalf
+from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import ClientData, predict
 from fedcare.runtime.clients import ClientRunner, Fit
-from fedcare.runtime.flower.link import HELLO, FlowerClients, FlowerRunError, LinkSettings, SiteLink
-from fedcare.runtime.flower.records import (
-    OPS,
-    decode_ops,
-    encode_results,
-    record_to_tensors,
-    tensors_to_record,
-)
-from fedcare.runtime.flower.site import FactorySite, SiteError, SiteNode, StudySite
+from fedcare.runtime.flower.link import HELLO
+from fedcare.runtime.flower.records import OPS, decode_ops, encode_results, record_to_tensors, tensors_to_record
+from fedcare.runtime.flower.site import FactorySite, SiteError, SiteNode
+from fedcare.runtime.sites import Builder, Site
 
 # node config keys: which site a SuperNode is, where its data and state live
 SITE_KEY, DATA_DIR_KEY, STATE_DIR_KEY = "site", "data-dir", "state-dir"
 PARTITION_ID_KEY = "partition-id"  # set by Flower's Simulation Engine instead
 GREETING = "fedcare-greeting"  # Context.state: what the site was greeted with
 
-# (the greeting's content, the node's context) -> the site
-SiteOpener = Callable[[Mapping[str, Any], Context], StudySite]
+# (the greeting's content, the node's context) -> the site and the builder of its model and algorithms
+SiteOpener = Callable[[Mapping[str, Any], Context], tuple[Site, Builder]]
 
 
-# ----------------------------------------------------------------------------- client side
 
 
-def _state_file(context: Context, site: StudySite) -> Path | None:
+def _state_file(context: Context, site: Site) -> Path | None:
     state_dir = context.node_config.get(STATE_DIR_KEY) or context.run_config.get(STATE_DIR_KEY)
     if not state_dir:
         return None
@@ -65,9 +54,10 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
     app = ClientApp()
     nodes: dict[tuple[int, int], SiteNode] = {}  # (run, node) -> the site's client, while this process lives
 
-    def open_node(site: StudySite, context: Context) -> SiteNode:
+    def open_node(opened: tuple[Site, Builder], context: Context) -> SiteNode:
         """The site's client, resumed from `Context.state`, else (a restarted SuperNode) from its state file."""
-        node = SiteNode(site)
+        site, builder = opened
+        node = SiteNode(site, builder)
         if not node.restore_from(context.state):
             state_file = _state_file(context, site)
             if state_file is not None:
@@ -87,9 +77,9 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
     @app.query()
     def hello(msg: Message, context: Context) -> Message:
         greeting = dict(msg.content.config_records[HELLO])
-        site = open_site(greeting, context)  # fails here, naming the problem, before any training
+        opened = open_site(greeting, context)  # fails here, naming the problem, before any training
         context.state[GREETING] = ConfigRecord({"json": json.dumps(greeting)})
-        open_node(site, context)
+        site = open_node(opened, context).site
         answer = {"client": site.client, "site": _site_name(context, site), "summary": site.summary(),
                   "synthetic": bool(site.synthetic)}
         return Message(RecordDict({HELLO: ConfigRecord({"json": json.dumps(answer)})}), reply_to=msg)
@@ -111,16 +101,17 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         """A plain Flower strategy's evaluation: the received arrays on the site's "eval" data."""
         node = node_for(context)
         tensors = record_to_tensors(msg.content.array_records["arrays"])
-        model = node.site.algorithm("fedavg").client.load(node.model, FedMessage(tensors), {})
+        client = node.builder.algorithm("fedavg").client
+        model = client.load(node.model, FedMessage(tensors), {})
         data = node.site.data("eval")
-        _, loss = predict(model, data)
+        _, loss = predict(model, data, client.settings.task)
         return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(data), "eval_loss": loss})}),
                        reply_to=msg)
 
     return app
 
 
-def _site_name(context: Context, site: StudySite) -> str:
+def _site_name(context: Context, site: Site) -> str:
     return str(context.node_config.get(SITE_KEY, site.client))
 
 
@@ -170,60 +161,14 @@ def make_client_app(
     """A ClientApp running `algorithm_factory().client` on `data_provider(client)` ("train")
     and `eval_data_provider(client)` ("eval", default the training data)."""
 
-    def open_site(greeting: Mapping[str, Any], context: Context) -> StudySite:
+    def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Builder]:
         if int(greeting.get("seed", seed)) != seed:
             raise SiteError(f"this site runs with seed {seed}, the server with {greeting['seed']}")
         cid = client_id_from(context.node_config, client_ids)
-        return FactorySite(cid, algorithm_factory, model_factory, data_provider, eval_data_provider or data_provider,
+        site = FactorySite(cid, algorithm_factory, model_factory, data_provider, eval_data_provider or data_provider,
                            seed=seed)
+        return site, site
 
     return build_client_app(open_site)
 
 
-# ----------------------------------------------------------------------------- server side
-
-
-def make_server_app(
-    algorithm_factory: Callable[[], Algorithm],
-    model_factory: Callable[[], nn.Module],
-    rounds: int,
-    seed: int,
-    clients: Sequence[Any],
-    on_metrics: Callable[[dict], None] | None = None,
-    *,
-    phase: str = "train",
-    metrics: str = "loss",
-    settings: LinkSettings = LinkSettings(),
-) -> ServerApp:
-    """A ServerApp running `algorithm_factory().server` for `rounds` rounds over `clients`,
-    after the algorithm's one-off setup exchange (phase "setup") if it has one (FedAP, FedDG).
-
-    After every round `on_metrics` receives {"round", "train_loss", "n_train", "clients",
-    "global_message", "clients_metrics": {client: the client's `metrics` on its "eval" data}}.
-    """
-    from fedcare.runtime.simulation import Federation
-
-    app = ServerApp()
-
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        algorithm = algorithm_factory()
-        if algorithm.pooled:
-            raise FlowerRunError(f"{algorithm.name}: a pooled (centralized) algorithm cannot run across sites")
-        link = SiteLink(grid, {"seed": seed}, settings)
-        link.connect(list(clients))
-        model = model_factory()
-        federation = Federation(model, algorithm, seed, clients=FlowerClients(link, "factory", algorithm.name, seed, model))
-        if type(algorithm.client).setup is not ClientHalf.setup:
-            federation.run_setup("setup", {c: "train" for c in link.node_of})
-        for rnd in range(1, rounds + 1):
-            info = federation.run_round(phase, rnd, {c: "train" for c in link.node_of})
-            evaluated = federation.evaluate({c: "eval" for c in link.node_of}, metrics)
-            if on_metrics is not None:
-                on_metrics({"round": rnd, **info, "global_message": federation.global_message.clone(),
-                            "clients_metrics": evaluated})
-
-    return app
-
-
-__all__ = ["FlowerRunError", "build_client_app", "client_id_from", "make_client_app", "make_server_app"]

@@ -153,7 +153,7 @@ def supernode(
 
 def app_dir() -> Path:
     """The Flower App `flwr run` sends: a pyproject.toml naming fedcare's ServerApp and ClientApp."""
-    return Path(str(files("fedcare") / "runtime" / "flower" / "flwr_app"))
+    return Path(str(files("fedcare") / "deployment" / "flwr_app"))
 
 
 def run_status(federation: str, run_id: int) -> dict:
@@ -177,7 +177,7 @@ def run_command(
 ) -> None:
     """Researcher: run an experiment across the sites, wait for it, fail unless it completed."""
     from fedcare.config import ConfigError, load_config, to_toml
-    from fedcare.runtime.flower.app import check_experiment
+    from fedcare.deployment.app import check_experiment
 
     try:
         experiment = load_config(config, set_)
@@ -216,9 +216,9 @@ def run_command(
         _fail(f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip())
     console.print(f"run {run_id} completed in {time.perf_counter() - t0:.0f} s")
     if (out / "report.html").is_file():
-        from fedcare.report import format_summary_markdown, summary_rows
+        from fedcare.studies.run import summary_markdown
 
-        print(format_summary_markdown(summary_rows(out)))
+        print(summary_markdown(out))
         print(f"\nReport: {out / 'report.html'}")
     else:
         print(f"Run directory (on the coordinator's machine): {out}")

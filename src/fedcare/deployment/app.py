@@ -1,0 +1,110 @@
+"""The Flower App of `flwr run` / `fedcare flower run`: a ServerApp that runs any registered
+study's experiment with its clients at the sites, and the ClientApp each site runs. This is
+the one place that binds studies (`fedcare.studies.registry`) to the Flower runtime
+(`fedcare.runtime.flower`, which imports no study).
+
+Run config (see `flwr_app/pyproject.toml`): `experiment` (the TOML text), `experiment-name`,
+`out` (the run directory, on the coordinator), and for Flower's Simulation Engine `data-dir`
+and `state-dir` (simulated nodes have no node config of their own).
+
+Node config of a SuperNode: `site` (which site it is; see [deployment.sites]), `data-dir`
+(its own data) and `state-dir` (where it keeps its private state between rounds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedcare.config import ConfigError, Experiment, parse_config
+from fedcare.data.common import DataError
+from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, build_client_app
+from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
+from fedcare.runtime.flower.runtime import FlowerRuntime
+from fedcare.runtime.sites import Site, SiteError
+from fedcare.studies import registry
+from fedcare.studies.base import Records, Study
+from fedcare.studies.run import run_study
+
+server_app = ServerApp()
+
+
+def link_settings(config: Experiment) -> LinkSettings:
+    d = config.deployment
+    return LinkSettings(min_sites=d.min_sites, round_timeout=d.round_timeout, connect_timeout=d.connect_timeout)
+
+
+def check_experiment(config: Experiment, name: str) -> Study:
+    """What fails before any site is contacted; returns the study bound to the experiment."""
+    study = registry.study_for(config)
+    study.check_deployable(name)
+    return study
+
+
+@server_app.main()
+def main(grid: Grid, context: Context) -> None:
+    run_experiment(grid, context.run_config)
+
+
+def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
+    """The ServerApp's work: validate the experiment, greet the sites, run the study."""
+    text, name = str(rc.get("experiment", "")), str(rc.get("experiment-name") or "experiment.toml")
+    if not text:
+        raise FlowerRunError("run config 'experiment' is empty: start runs with `fedcare flower run CONFIG`")
+    if not str(rc.get("out", "")):
+        raise FlowerRunError("run config 'out' is empty: the run directory to write on the coordinator")
+    config = parse_config(text, name)
+    check_experiment(config, name)
+
+    def runtime(study: Study, write: Records) -> FlowerRuntime:
+        link = SiteLink(grid, {"experiment": text, "name": name}, link_settings(config), on_missed=write)
+        link.connect(study.clients())
+        return FlowerRuntime(link, study.algorithm)
+
+    run_study(config, Path(str(rc["out"])), config_file=name, runtime_factory=runtime)
+
+
+_SITES: dict[tuple, tuple[Site, Study]] = {}  # opened sites, while this process lives: data are read once
+
+
+def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Study]:
+    """The site this node is, for the experiment it was greeted with: its data and the study
+    (which builds the model and the algorithms). Fails naming the site and the problem."""
+    if "experiment" not in greeting:
+        raise SiteError("this site was not greeted with an experiment (start runs with `fedcare flower run`)")
+    name = str(greeting.get("name", "experiment.toml"))
+    try:
+        config = parse_config(str(greeting["experiment"]), name)
+        study = check_experiment(config, name)
+    except (ConfigError, registry.UnknownStudy) as e:
+        raise SiteError(str(e)) from None
+    node, rc = context.node_config, context.run_config
+    if SITE_KEY in node:
+        site = str(node[SITE_KEY])
+    elif PARTITION_ID_KEY in node:  # Flower's Simulation Engine: simulated site i is the protocol's client i
+        clients = study.clients()
+        client = clients[int(node[PARTITION_ID_KEY]) % len(clients)]
+        names = {c: s for s, c in config.deployment.sites.items()}
+        site = names.get(client, str(client))
+    else:
+        raise SiteError(f"node config names no site: start the SuperNode with --node-config '{SITE_KEY}=\"...\"'")
+    data_dir = node.get(DATA_DIR_KEY) or rc.get(DATA_DIR_KEY) or getattr(getattr(config, "data", None), "root", None)
+    if not data_dir:
+        raise SiteError(f"site {site!r}: no data directory: set {DATA_DIR_KEY!r} in the SuperNode's --node-config")
+    if config.runtime.threads:  # torch's float sums depend on the thread count: the server's runs use it too
+        torch.set_num_threads(config.runtime.threads)
+    key = (str(greeting["experiment"]), site, str(data_dir))
+    if key not in _SITES:
+        try:
+            _SITES[key] = (study.open_site(site, Path(str(data_dir))), study)
+        except DataError as e:
+            raise SiteError(f"site {site!r}: {e}") from None
+    return _SITES[key]
+
+
+client_app = build_client_app(open_site)

@@ -1,0 +1,187 @@
+"""What a study is to fedcare: a `Study` (bound to one experiment) and its `StudyProtocol`.
+
+A study is one folder under `studies/` (or anywhere, see `fedcare.studies.registry`) with
+
+- a config model (a subclass of `fedcare.config.Experiment`),
+- its data wiring: `local_runtime` reads (or generates) the data in this process and gives
+  every client a `Site`; `open_site` reads one client's data at a site (Flower),
+- its model and algorithms by name (`new_model`, `algorithm`: both runtimes use them),
+- its protocol (a `StudyProtocol`: what runs between loading the data and the report),
+- its report (`build_report`, `summary_markdown`, from a run directory alone),
+
+and `STUDY = <the Study subclass>` in its `__init__.py`. Everything else (the run directory,
+records, progress, the runtimes, Flower) is shared: `fedcare.studies.run.run_study` runs any
+registered study. See docs/architecture.md, "How to add a study".
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from torch import nn
+
+from fedcare.algorithms.base import Algorithm, ClientId
+from fedcare.algorithms.training import ClientData
+from fedcare.config import Experiment
+from fedcare.runtime.federation import Federation
+from fedcare.runtime.local import LocalRuntime
+from fedcare.runtime.sites import Site, SiteError
+from fedcare.studies.rundir import Progress
+
+# write(record): one JSON object appended to metrics.jsonl
+Records = Callable[[dict], None]
+
+
+class StudyRuntime(Protocol):
+    """What a protocol sees of its clients, in process (`LocalRuntime`) or at their sites
+    (`fedcare.runtime.flower.FlowerRuntime`)."""
+
+    synthetic: bool
+    local_data: Any  # the study's in-process data for pooled steps; None at sites
+
+    def summaries(self) -> Mapping[ClientId, dict]: ...
+
+    def federation(self, model: nn.Module, algorithm: str, seed: int, client_fraction: float = 1.0,
+                   label: Mapping[str, Any] | None = None) -> Federation: ...
+
+    def pool(self, refs: Mapping[ClientId, str]) -> ClientData:
+        """The clients' data that `refs` name, in one (in this process only)."""
+
+    def facts(self) -> dict: ...
+
+    def notes(self) -> list[str]: ...
+
+
+class Study(ABC):
+    """A study bound to one experiment (`config`); the class is what the registry holds."""
+
+    name: ClassVar[str]  # as in experiment files: study = "<name>"
+    config_model: ClassVar[type[Experiment]]
+    description: ClassVar[str] = ""  # one line, for `fedcare demo --help`
+    protocol_class: ClassVar[type[StudyProtocol]]
+    # the module with build_report(run_dir, run_info, notes) and summary_markdown(run_dir),
+    # imported only when a report is made (a site never needs it, nor matplotlib)
+    report_module: ClassVar[str]
+
+    def __init__(self, config: Experiment):
+        self.config = config
+
+    # -- model and algorithms: a `fedcare.runtime.sites.Builder` ---------------------------
+    @abstractmethod
+    def new_model(self) -> nn.Module:
+        """A model of the study's architecture (at a site its weights come from the server)."""
+
+    @abstractmethod
+    def algorithm(self, name: str) -> Algorithm:
+        """The algorithm the protocol calls `name`, configured from the experiment."""
+
+    # -- data --------------------------------------------------------------------------
+    @abstractmethod
+    def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:
+        """Every client's site in this process: read the data (or generate it into `workdir`,
+        the run directory), and keep what pooled steps need as `local_data`."""
+
+    @abstractmethod
+    def clients(self) -> list[ClientId]:
+        """The clients a run across sites waits for, in protocol order (Flower's Simulation
+        Engine runs partition i as the i-th)."""
+
+    @abstractmethod
+    def open_site(self, site: str, data_dir: Path) -> Site:
+        """One site's client (`site_client(site)`), its data read from its own `data_dir`;
+        raises `SiteError` or a `DataError` naming the problem."""
+
+    def site_client(self, site: str) -> ClientId:
+        """The client a site holds: `[deployment.sites]` maps names to clients; without it a
+        site's name is its client id (a number when the protocol's clients are numbers)."""
+        expected = self.clients()
+        sites = self.config.deployment.sites
+        if sites:
+            if site not in sites:
+                raise SiteError(f"site {site!r} is not in the experiment's [deployment.sites] ({', '.join(sorted(sites))})")
+            client = sites[site]
+        elif expected and all(isinstance(c, int) for c in expected):
+            try:
+                client = int(site)
+            except ValueError:
+                raise SiteError(f"site {site!r}: the experiment has no [deployment.sites], so a site's name must be "
+                                f"its client id (one of {expected})") from None
+        else:
+            client = site
+        if client not in expected:
+            raise SiteError(f"site {site!r} holds client {client!r}, which is not one of the experiment's clients "
+                            f"{expected}")
+        return client
+
+    def check_deployable(self, name: str) -> None:
+        """Refuse, before any site is contacted, what cannot run across sites (methods that
+        pool data); raise `fedcare.config.ConfigError` naming the experiment `name`."""
+
+    # -- protocol ----------------------------------------------------------------------
+    def protocol(self, runtime: StudyRuntime, write: Records, progress: Progress | None) -> StudyProtocol:
+        """The protocol that runs this experiment on `runtime`'s clients."""
+        return self.protocol_class(self, runtime, write, progress)
+
+    # -- report (from a run directory alone) -------------------------------------------
+    @classmethod
+    def demo_config(cls) -> Path | None:
+        """The experiment `fedcare demo <name>` runs: `configs/<name>/demo.toml` in the package."""
+        path = Path(str(files("fedcare") / "configs" / cls.name / "demo.toml"))
+        return path if path.is_file() else None
+
+    @classmethod
+    def build_report(cls, run_dir: Path, run_info: Mapping[str, Any], notes: list[str]) -> Path:
+        """Write the tables, plots and report.html of a run from its metrics.jsonl; `run_info`
+        is run.json, `notes` what reading it found. Returns report.html's path."""
+        return importlib.import_module(cls.report_module).build_report(run_dir, run_info, notes)
+
+    @classmethod
+    def summary_markdown(cls, run_dir: Path) -> str:
+        """The run's summary table in Markdown, printed after a run."""
+        return importlib.import_module(cls.report_module).summary_markdown(run_dir)
+
+
+class StudyProtocol(ABC):
+    """What runs between loading the data and writing the report: the server's side of the
+    study. It sees only `runtime` (its clients' summaries, federations) and writes records
+    with `write`; it counts progress in units of its choice (`units_total`, `advance`)."""
+
+    def __init__(self, study: Study, runtime: StudyRuntime, write: Records, progress: Progress | None):
+        self.study = study
+        self.config = study.config
+        self.runtime = runtime
+        self.write = write
+        self.progress = progress or (lambda *_: None)
+        self.units_total = 0
+        self.units_done = 0
+
+    @abstractmethod
+    def run(self) -> None:
+        """The whole protocol, every seed and method."""
+
+    def facts(self) -> dict:
+        """What run.json says about this run besides the config (e.g. the test subjects)."""
+        return {}
+
+    # -- helpers every protocol uses ---------------------------------------------------
+    def advance(self, description: str) -> None:
+        self.units_done += 1
+        self.progress(description, self.units_done, self.units_total)
+
+    def record(self, kind: str, **fields: Any) -> None:
+        self.write({"type": kind, "study": self.study.name, **fields})
+
+    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, str], metrics: str, *, method: str,
+                         seed: int, **point: Any) -> dict[ClientId, dict]:
+        """Each client's own model on the data `refs` names, its `metrics` computed at the
+        client; one "client_eval" record per client: method, seed, the point (e.g.
+        session=3 or round=5), client and the metrics."""
+        results = federation.evaluate(refs, metrics)
+        for client, m in sorted(results.items()):
+            self.record("client_eval", method=method, seed=seed, **point, client=client, **m)
+        return results

@@ -1,0 +1,84 @@
+"""The pain study's experiment file (configs/pain/*.toml): validated by pydantic, unknown or
+mistyped keys are errors naming the key. Defaults are the thesis's protocol (Table 7.1)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from fedcare.config import DataSource, Experiment, Strict
+from fedcare.data.common import THESIS_GROUP1, THESIS_GROUP2
+
+METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL)\((N|C|F)\))$")
+
+
+class SyntheticPainData(Strict):
+    """Options of the synthetic UNBC-layout cohort generated into the run directory."""
+
+    seed: int = 0
+    subjects: list[int] | None = None
+    frame_scale: float = Field(0.05, gt=0)
+    image_size: int = Field(64, ge=16)
+    min_frames_per_sequence: int = Field(8, ge=1)
+
+
+class PainData(DataSource):
+    root: Path | None = None  # a UNBC-McMaster copy; relative paths resolve against the config's folder
+    synthetic: SyntheticPainData | None = None
+    pspi_threshold: float = 1.0  # pain = PSPI >= threshold (thesis: 1)
+    drop_black_frames: bool = True  # the archive has pure-black frames (e.g. subject 095)
+    augment_seed: int = 0  # rotation directions; fixed across run seeds, as the thesis augmented once on disk
+
+
+class PainProtocol(Strict):
+    pretrain_subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP1))  # thesis Group 1
+    subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP2))  # thesis Group 2
+    image_size: int = Field(215, ge=16)
+    crop_ratio: float = Field(215 / 250, gt=0.5, le=1)
+    balance_per_class: int = Field(200, ge=1)  # SessionBalancing T
+    pretrain_val_fraction: float = Field(0.2, gt=0, lt=1)
+    last_session: int | None = None  # test sessions 1..last (default: every session present)
+
+
+class Train(Strict):
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(32, ge=2)
+    local_epochs: int = Field(5, ge=1)
+    max_rounds: int = Field(30, ge=1)  # per session; an epoch for centralized training
+    patience: int = Field(5, ge=1)
+    pretrain_max_rounds: int = Field(30, ge=1)
+    pretrain_patience: int = Field(5, ge=1)
+    aggregation: Literal["examples", "uniform"] = "uniform"  # thesis code: unweighted np.mean
+    client_fraction: float = Field(1.0, gt=0, le=1)
+
+
+class PFDLOptions(Strict):
+    finetune_epochs: int = Field(5, ge=0)  # F
+    lr_factor: float = Field(10.0, gt=0)  # fine-tuning runs at lr / lr_factor
+    shared_paths: list[str] = Field(default_factory=lambda: ["features"])
+
+
+class PainExperiment(Experiment):
+    title: str = "fedcare pain study"
+    study: Literal["pain"] = "pain"
+    seeds: list[int] = Field(default_factory=lambda: list(range(123, 133)), min_length=1)
+    methods: list[str] = Field(min_length=1)
+    data: PainData
+    protocol: PainProtocol = PainProtocol()
+    train: Train = Train()
+    pfdl: PFDLOptions = PFDLOptions()
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, methods: list[str]) -> list[str]:
+        for m in methods:
+            if not METHOD_PATTERN.match(m):
+                raise ValueError(
+                    f"unknown method {m!r}: use RANDOM, BC, BF or C/F/FP/FL with an init N, C or F, e.g. 'FP(C)'"
+                )
+        if len(set(methods)) != len(methods):
+            raise ValueError("methods are listed twice")
+        return methods

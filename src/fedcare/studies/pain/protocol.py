@@ -1,0 +1,130 @@
+"""The pain study's protocol (Tobis thesis §6.2.3, PFDL paper Fig. 4), as the server runs it.
+
+Per seed: pretrain on Group 1 (centrally and/or federatedly, as the methods need), then for
+each method walk the sessions: test every subject's own model on session s, train on the
+balanced sessions before s with session s as validation (early stopping, restore best), and
+move on. The protocol sees each subject's `PainSite.summary()` and addresses data by
+reference; the runtime's clients hold the frames.
+"""
+
+from __future__ import annotations
+
+from fedcare.models.pain_cnn import PainCNN, glorot_init
+from fedcare.runtime.federation import Federation, PhaseResult
+from fedcare.seeding import numpy_rng, torch_generator
+from fedcare.studies.base import StudyProtocol
+from fedcare.studies.pain.cohort import pretraining_sets
+from fedcare.studies.pain.methods import Method
+
+
+class PainProtocol(StudyProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.summaries = self.runtime.summaries()
+        present = max(self.summaries[k]["sessions"] for k in self.subjects()) - 1
+        self.last_session = min(present, self.config.protocol.last_session or present)
+        self.test_sessions = list(range(1, self.last_session + 1))
+
+    def facts(self) -> dict:
+        return {"subjects": self.subjects(), "test_sessions": self.test_sessions}
+
+    # -- data references --------------------------------------------------------------
+    def subjects(self) -> list[int]:
+        """The protocol's subjects whose site has joined (on Flower a site may be missing)."""
+        return [k for k in self.config.protocol.subjects if k in self.summaries]
+
+    def session_refs(self, session: int) -> dict[int, str]:
+        """Subjects with frames in `session`, each with the reference to them."""
+        refs = {}
+        for k in self.subjects():
+            summary = self.summaries[k]
+            if session < summary["sessions"] and summary["has_frames"][session]:
+                refs[k] = f"session/{session}"
+        return refs
+
+    def training_sets(self, seed: int, upto: int) -> dict[int, str]:
+        refs = {}
+        for k in self.subjects():
+            summary = self.summaries[k]
+            if summary["trainable"][min(upto, summary["sessions"] - 1)]:
+                refs[k] = f"train/{seed}/{upto}"
+        return refs
+
+    # -- models -----------------------------------------------------------------------
+    def new_model(self, state: dict | None = None, seed: int = 0) -> PainCNN:
+        model = self.study.new_model()
+        if state is None:
+            glorot_init(model, torch_generator(seed, "init"))
+        else:
+            model.load_state_dict(state)
+        return model
+
+    def pretrain(self, seed: int, kind: str, init_state: dict) -> dict:
+        """kind 'C' (centralized) or 'F' (FedAvg) on the pretraining subjects, early-stopped
+        on their held-out frames; returns the best model's state dict. The split is drawn
+        across the whole group: it needs the cohort in this process."""
+        t, p = self.config.train, self.config.protocol
+        train, val = pretraining_sets(self.runtime.local_data, p.pretrain_subjects, p.pretrain_val_fraction,
+                                      numpy_rng(seed, "pretrain-split"))
+        algorithm = "centralized" if kind == "C" else "fedavg"
+        phase = f"pretrain-{'central' if kind == 'C' else 'federated'}"
+        label = f"pretrain {kind}"
+        federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction,
+                                             label={"method": label, "seed": seed})
+        result = federation.train_phase(
+            phase, train, val, max_rounds=t.pretrain_max_rounds, patience=t.pretrain_patience,
+            on_round=lambda info: self._round_record(label, seed, phase, info),
+        )
+        self._phase_record(label, seed, phase, result)
+        self.advance(f"seed {seed}: {label}")
+        return federation.global_message.clone().tensors  # every tensor is shared: the whole model
+
+    # -- records ----------------------------------------------------------------------
+    def _round_record(self, method: str, seed: int, phase: str, info: dict) -> None:
+        self.record("round", method=method, seed=seed, phase=phase, **info)
+
+    def _phase_record(self, method: str, seed: int, phase: str, result: PhaseResult) -> None:
+        self.record("phase", method=method, seed=seed, phase=phase, rounds=result.rounds,
+                    best_round=result.best_round, best_val_loss=result.best_val_loss)
+
+    def test(self, federation: Federation, method: str, seed: int, session: int) -> None:
+        """Each subject's personal model on its session `session`; the metrics are computed at the site."""
+        self.evaluate_clients(federation, self.session_refs(session), "binary", method=method, seed=seed,
+                              session=session)
+
+    # -- the protocol -----------------------------------------------------------------
+    def run_method(self, method: Method, seed: int, init_state: dict) -> None:
+        t = self.config.train
+        if method.algorithm is None:  # RANDOM / BC / BF: evaluated as they are, every client alike
+            federation = self.runtime.federation(self.new_model(init_state), "fedavg", seed,
+                                                 label={"method": method.label, "seed": seed})
+            for s in self.test_sessions:
+                self.test(federation, method.label, seed, s)
+                self.advance(f"seed {seed}: {method.label} session {s}")
+            return
+        federation = self.runtime.federation(self.new_model(init_state), method.algorithm, seed, t.client_fraction,
+                                             label={"method": method.label, "seed": seed})
+        for s in self.test_sessions:
+            self.test(federation, method.label, seed, s)
+            if s < self.last_session:
+                train = self.training_sets(seed, s - 1)
+                val = self.session_refs(s)
+                phase = f"session-{s}"
+                result = federation.train_phase(
+                    phase, train, val, max_rounds=t.max_rounds, patience=t.patience,
+                    on_round=lambda info: self._round_record(method.label, seed, phase, info),
+                )
+                self._phase_record(method.label, seed, phase, result)
+            self.advance(f"seed {seed}: {method.label} session {s}")
+
+    def run(self) -> None:
+        methods = [Method.parse(m) for m in self.config.methods]
+        inits_needed = sorted({m.init for m in methods} - {"N"})
+        self.units_total = len(self.config.seeds) * (len(inits_needed) + len(methods) * len(self.test_sessions))
+        for seed in self.config.seeds:
+            random_init = self.new_model(seed=seed).state_dict()
+            inits = {"N": random_init}
+            for kind in inits_needed:
+                inits[kind] = self.pretrain(seed, kind, random_init)
+            for method in methods:
+                self.run_method(method, seed, inits[method.init])

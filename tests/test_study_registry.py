@@ -1,0 +1,114 @@
+"""A study added from outside fedcare through the registry alone: its own folder (a copy of
+tests/toy_study in a temporary folder) and one FEDCARE_STUDIES entry, no edit anywhere else.
+It runs through `fedcare run`, the in-process simulator and Flower's Simulation Engine, with
+equal numbers; it trains an embedding with a loss that needs the labels and verifies at
+each client (TAR@FAR from the embeddings)."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from flower_inprocess import InProcessBackend, simulation_backend
+from flwr.serverapp import ServerApp
+from typer.testing import CliRunner
+
+from fedcare.cli import app
+from fedcare.config import ConfigError, load_config, to_toml
+from fedcare.studies import registry
+from fedcare.studies.run import run_study
+
+CLIENTS = 3
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """The toy study as a package `fedcare_toy` in a folder of its own, registered as "toy"."""
+    folder = tmp_path / "elsewhere"
+    shutil.copytree(Path(__file__).parent / "toy_study", folder / "fedcare_toy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv(registry.ENVIRONMENT, "toy=fedcare_toy")
+    yield folder
+    for name in [m for m in sys.modules if m == "fedcare_toy" or m.startswith("fedcare_toy.")]:
+        del sys.modules[name]
+
+
+def write_experiment(path: Path, **data) -> Path:
+    table = "".join(f"{k} = {json.dumps(str(v)) if isinstance(v, Path) else v}\n" for k, v in data.items())
+    path.write_text('study = "toy"\ntitle = "toy"\nseeds = [3]\nmethods = ["fedavg", "local"]\nrounds = 3\n'
+                    f"[data]\nclients = {CLIENTS}\n{table}")
+    return path
+
+
+def records(run_dir: Path, *types: str) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["type"] in types]
+
+
+def test_a_registered_study_runs_through_fedcare_run(toy, tmp_path):
+    config = write_experiment(tmp_path / "toy.toml")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| fedavg |" in result.output and "| local |" in result.output and "Report:" in result.output
+    info = json.loads((out / "run.json").read_text())
+    assert info["study"] == "toy" and info["synthetic"] is True
+    evals = records(out, "client_eval")
+    assert sorted({(r["method"], r["round"], r["client"]) for r in evals}) == sorted(
+        (m, rnd, c) for m in ("fedavg", "local") for rnd in (1, 2, 3) for c in range(CLIENTS))
+    # verification at each client, from its own test half: 4 identities x 6 examples each
+    assert all(r["genuine_pairs"] == 4 * 15 and r["impostor_pairs"] == 6 * 6 * 6 for r in evals)
+    fedavg = [r["train_loss"] for r in records(out, "round") if r["method"] == "fedavg"]
+    assert fedavg[-1] < fedavg[0]  # the margin loss (with the labels) trains
+    assert (out / "report.html").is_file() and (out / "plots" / "tar.png").is_file()
+    # `fedcare report` finds the study through run.json and the registry
+    (out / "report.html").unlink()
+    assert CliRunner().invoke(app, ["report", str(out)]).exit_code == 0 and (out / "report.html").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_a_registered_study_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path):
+    from flwr.simulation import run_simulation
+
+    from fedcare.deployment.app import client_app, run_experiment
+    from fedcare_toy.data import generate
+
+    data = generate(tmp_path / "data", CLIENTS, 4, 12)
+    config = load_config(write_experiment(tmp_path / "toy.toml", root=data))
+    local = run_study(config, tmp_path / "local")
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "toy.toml",
+                              "out": str(tmp_path / "flower")})
+
+    InProcessBackend.workers = CLIENTS
+    with simulation_backend() as backend:
+        run_simulation(server, client_app, num_supernodes=CLIENTS, backend_name=backend)
+    got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
+    assert len(expected) == 2 * 3 * (CLIENTS + 1) and got == expected  # every loss and TAR, bit for bit
+    assert json.loads((tmp_path / "flower" / "run.json").read_text())["sites"] == {"0": 0, "1": 1, "2": 2}
+
+
+def test_an_unknown_study_is_an_error_naming_the_registered_ones(tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text('study = "nope"\nmethods = ["a"]\n')
+    with pytest.raises(ConfigError, match=r"x.toml: study: unknown study 'nope': registered studies are pain, fedhealth2"):
+        load_config(path)
+
+
+def test_a_registry_entry_without_a_study_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "not_a_study").mkdir()
+    (tmp_path / "not_a_study" / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(registry.ENVIRONMENT, "broken=not_a_study, bad-entry")
+    with pytest.raises(registry.UnknownStudy, match="bad-entry"):
+        registry.names()
+    monkeypatch.setenv(registry.ENVIRONMENT, "broken=not_a_study")
+    assert registry.names() == ["pain", "fedhealth2", "broken"]
+    with pytest.raises(registry.UnknownStudy, match="defines no STUDY"):
+        registry.get("broken")
+    sys.modules.pop("not_a_study", None)

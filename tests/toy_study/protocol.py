@@ -1,0 +1,27 @@
+"""Every method for a few rounds; after each round every client verifies identities with its
+own model on its own test half (TAR@FAR computed at the client from the embeddings)."""
+
+from __future__ import annotations
+
+import torch
+
+from fedcare.studies.base import StudyProtocol
+
+
+class ToyProtocol(StudyProtocol):
+    def run(self) -> None:
+        self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.rounds
+        clients = sorted(self.runtime.summaries())
+        for seed in self.config.seeds:
+            torch.manual_seed(seed)
+            initial = self.study.new_model().state_dict()
+            for method in self.config.methods:
+                model = self.study.new_model()
+                model.load_state_dict(initial)
+                federation = self.runtime.federation(model, method, seed, label={"method": method, "seed": seed})
+                for rnd in range(1, self.config.rounds + 1):
+                    info = federation.run_round("train", rnd, {c: "train" for c in clients})
+                    self.record("round", method=method, seed=seed, phase="train", round=rnd, **info)
+                    self.evaluate_clients(federation, {c: "test" for c in clients}, "verification", method=method,
+                                          seed=seed, round=rnd)
+                    self.advance(f"seed {seed}: {method} round {rnd}")
