@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
@@ -10,10 +13,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fedcare.data.cli import data_app
 from fedcare.deployment.cli import flower_app
+from fedcare.progress import progress_reporter
 from fedcare.studies import registry
 
 app = typer.Typer(help="fedcare: personalized, privacy-preserving federated learning on healthcare data.",
@@ -22,44 +25,75 @@ app.add_typer(data_app, name="data")
 app.add_typer(flower_app, name="flower")
 console = Console(stderr=True)
 
-def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+
+def _fail(message: str, code: int = 2) -> None:
+    """One line (or a few) on stderr, no traceback; every piece of user text escaped."""
+    first, *rest = message.split("\n")
+    console.print(f"[bold red]error:[/] {escape(first)}", highlight=False, soft_wrap=True)
+    for line in rest:
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-    )
+def _os_error(e: OSError) -> str:
+    """An operating-system error as `path: what`, e.g. a read-only or full disk."""
+    where = e.filename if e.filename is not None else ""
+    return f"{where}: {e.strerror or e}" if where else str(e)
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a scheduler stopping the job) ends the run as Ctrl-C does: finished work is kept."""
+    from fedcare.studies.run import Terminated
+
+    def stop(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped(e: BaseException) -> None:
+    """A run that ended early: why, what was kept and how to continue (the exception's note);
+    the exit code says how it ended. Bad input is one line; anything else is a bug, with its traceback."""
+    from fedcare.config import ConfigError
+    from fedcare.data.common import DataError
+    from fedcare.studies.rundir import RunDirectoryExists
+    from fedcare.studies.run import Terminated, stop_note
+
+    note = stop_note(e)
+    if isinstance(e, KeyboardInterrupt):
+        _fail(f"interrupted (Ctrl-C)\n{note}", 130)
+    if isinstance(e, Terminated):
+        _fail(f"stopped (SIGTERM)\n{note}", 143)
+    if isinstance(e, (DataError, ConfigError, RunDirectoryExists, ValueError)):
+        _fail(f"{e}\n{note}".strip())
+    if isinstance(e, OSError):
+        _fail(f"{_os_error(e)}\n{note}".strip())
+    console.print_exception()
+    _fail(f"{type(e).__name__}: {e}\n{note}".strip(), 1)
 
 
 def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_partial: bool) -> Path:
     from fedcare.config import ConfigError, load_config
-    from fedcare.data.common import DataError
-    from fedcare.studies.rundir import RunDirectoryExists
-    from fedcare.studies.run import run_study
+    from fedcare.studies.run import Terminated, run_study
 
     try:
         config = load_config(config_path, overrides)
     except ConfigError as e:
         _fail(str(e))
+    unique = out is None  # a default name that is taken gets a suffix; a chosen one is an error
     if out is None:
         out = Path("runs") / f"{config_path.stem}-{datetime.now():%Y%m%d-%H%M%S}"
-    with _progress() as progress:
-        tasks: dict[str, int] = {}
-
-        def report(description: str, done: int, total: int) -> None:
-            key = "study" if description.startswith("seed") else description
-            if key not in tasks:
-                tasks[key] = progress.add_task(description, total=total)
-            progress.update(tasks[key], completed=done, total=total, description=description)
-
+    with progress_reporter(console) as report, _stop_on_sigterm():
         try:
-            return run_study(config, out, config_file=str(config_path), progress=report, keep_partial=keep_partial)
-        except (RunDirectoryExists, DataError, FileExistsError) as e:
-            progress.stop()
-            _fail(str(e))
+            return run_study(config, out, config_file=str(config_path), progress=report, keep_partial=keep_partial,
+                             unique=unique)
+        except (Exception, KeyboardInterrupt, Terminated) as e:
+            _stopped(e)
 
 
 def _print_summary(run_dir: Path) -> None:
@@ -74,10 +108,25 @@ def run(
     config: Annotated[Path, typer.Argument(help="Experiment TOML file (see configs/).")],
     set_: Annotated[list[str], typer.Option("--set", help="Override a config key, e.g. --set train.max_rounds=3 (repeatable).")] = [],
     out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/<config>-<time>). Never overwritten.")] = None,
-    keep_partial: Annotated[bool, typer.Option(help="Keep <out>.partial if the run fails (default: remove it).")] = False,
+    keep_partial: Annotated[bool, typer.Option(help="Keep <out>.partial even if the run fails before finishing anything (it is always kept when it holds finished work).")] = False,
 ) -> None:
     """Run an experiment file and write its run directory with tables, plots and report.html."""
     _print_summary(_run(config, set_, out, keep_partial))
+
+
+@app.command()
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="The interrupted run's directory (<out>.partial, or <out>).")],
+) -> None:
+    """Continue an interrupted run from its last finished unit; its records end as an uninterrupted run's would."""
+    from fedcare.studies.run import Terminated, resume_study
+
+    with progress_reporter(console) as report, _stop_on_sigterm():
+        try:
+            done = resume_study(run_dir, progress=report)
+        except (Exception, KeyboardInterrupt, Terminated) as e:
+            _stopped(e)
+    _print_summary(done)
 
 
 @app.command()
@@ -110,6 +159,8 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by
         build_report(run_dir)
     except ValueError as e:
         _fail(str(e))
+    except OSError as e:
+        _fail(_os_error(e))
     _print_summary(run_dir)
 
 

@@ -100,9 +100,16 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
 def load_config(path: Path | str, overrides: list[str] | None = None) -> Experiment:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file (an experiment TOML file, e.g. "
+                          f"configs/pain/demo.toml)") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (an experiment file is TOML text)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
     return parse_config(text, path, overrides)
 
 

@@ -84,6 +84,9 @@ def summary_unbc(
              "(doubled folders like Images/Images are fine).", show_default=False)],
     json_: Annotated[bool, typer.Option(
         "--json", help="Print the full summary (every problem) as JSON on stdout instead of tables.")] = False,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Exit with code 1 when the copy has a problem a run refuses (a label without its image, "
+                         "an image without its label, an unreadable image).")] = False,
     check_images: Annotated[bool, typer.Option(
         "--check-images/--no-check-images",
         help="Decode every image (finds unreadable and black frames) and parse every landmark file; "
@@ -93,8 +96,8 @@ def summary_unbc(
 
     Prints subjects, sessions, frames, pain frames (PSPI >= 1), the PSPI histogram, and every
     problem found (missing or bad labels, unreadable or black frames, stray files, ...).
-    Exit code 2 when PATH is not a UNBC-McMaster copy."""
-    from fedcare.data.unbc import UnbcImageError, UnbcLayoutError, load_unbc, summarize
+    Exit code 2 when PATH is not a UNBC-McMaster copy; with --strict, 1 when a run would refuse it."""
+    from fedcare.data.unbc import STRICT_PROBLEMS, UnbcImageError, UnbcLayoutError, load_unbc, summarize
 
     try:
         if check_images:
@@ -107,8 +110,13 @@ def summary_unbc(
     summary = summarize(ds)
     if json_:
         typer.echo(json.dumps(summary, indent=2))
-        return
-    _print_summary(summary)
+    else:
+        _print_summary(summary)
+    refused = sum(n for kind, n in summary["problem_counts"].items() if kind in STRICT_PROBLEMS)
+    if strict and refused:
+        _stderr().print(f"[bold red]strict:[/] {refused} problem(s) that a run refuses "
+                        f"({', '.join(k for k in summary['problem_counts'] if k in STRICT_PROBLEMS)})", soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _print_summary(summary: dict) -> None:
@@ -205,6 +213,8 @@ def synth_pain(
             )
     except (FileExistsError, ValueError) as e:
         _fail(str(e))
+    except OSError as e:  # e.g. a read-only or full disk
+        _fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
     console = _stdout()
     console.print(f"[bold]synthetic pain cohort[/] written to {escape(str(result.get('root', out)))}", soft_wrap=True)
     subjects_out = result.get("subjects")

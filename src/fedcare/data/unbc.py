@@ -121,6 +121,11 @@ BLACK_MEAN = 1.0  # check_images: a frame whose mean grey level is below this is
 PSPI_MAX = 16.0
 N_LANDMARKS = 66
 
+# Problems that make a frame unusable (a run refuses the copy): a label without its image, an
+# image without its label; `fedcare data summary unbc --strict` fails on them and on unreadable images.
+FATAL_PROBLEMS = frozenset({"missing_pspi", "bad_pspi", "label_without_image"})
+STRICT_PROBLEMS = FATAL_PROBLEMS | {"unreadable_image"}
+
 PROBLEM_KINDS: dict[str, str] = {
     "missing_pspi": "frame image without its Frame_Labels/PSPI file (image without label)",
     "bad_pspi": "PSPI file empty, not a number, not finite or outside 0..16",
@@ -190,6 +195,13 @@ class UnbcDataset:
         """The subject's sequences in session order (index = session)."""
         by_session = {f.session: f.sequence for f in self.frames if f.subject == subject}
         return [by_session[s] for s in sorted(by_session)]
+
+
+def subject_dir_name(images_dir: Path, subject: int) -> str:
+    """The subject's folder name under Images/ (e.g. "048-aa048"); "048" if there is none."""
+    names = sorted(e.name for e in _entries(os.fspath(images_dir))
+                   if e.is_dir() and _SUBJECT_RE.match(e.name) and e.name.startswith(f"{subject:03d}-"))
+    return names[0] if names else f"{subject:03d}"
 
 
 # --------------------------------------------------------------------------- file readers
@@ -497,7 +509,7 @@ def load_unbc(
     for number in sorted(images):
         sequences = images[number]
         some_frame = next((p for fr in sequences.values() for p in fr.values()), None)
-        folder = Path(some_frame).parent.parent.name if some_frame else f"{number:03d}"
+        folder = Path(some_frame).parent.parent.name if some_frame else subject_dir_name(images_dir, number)
         subject_folder[number] = folder
         session = 0
         for seq in sorted(sequences):

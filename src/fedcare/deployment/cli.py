@@ -30,6 +30,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 flower_app = typer.Typer(help="Run experiments across sites on Flower: coordinator, site and researcher commands.",
                          no_args_is_help=True)
@@ -39,7 +40,7 @@ FINISHED_OK = "finished:completed"
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

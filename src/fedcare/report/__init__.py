@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fedcare.report.html import SYNTHETIC_BANNER
-from fedcare.report.tables import Table, atomic_write_bytes, atomic_write_text, write_tables
+from fedcare.files import atomic_write_bytes, atomic_write_text
+from fedcare.report.tables import Table, write_tables
 
 __all__ = ["SYNTHETIC_BANNER", "write_report"]
 

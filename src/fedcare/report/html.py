@@ -29,6 +29,7 @@ h3 { font-size: 1.02em; margin: 1.4em 0 0.4em; }
 .banner { padding: 14px 18px; margin: 12px 0 18px; font-weight: 700; font-size: 1.15em; border-radius: 6px; }
 .banner.synthetic { background: #ffd60a; color: #b00020; border: 3px solid #d00000; text-transform: none; }
 .banner.unknown { background: #eee; color: #444; border: 1px solid #bbb; font-weight: 600; font-size: 1em; }
+.banner.incomplete { background: #ffe5d0; color: #7a2e00; border: 3px solid #e8590c; }
 .table-wrap { overflow-x: auto; }
 table { border-collapse: collapse; margin: 6px 0; font-size: 0.9em; background: #fff; }
 th, td { border: 1px solid #d8d8d8; padding: 4px 8px; text-align: right; white-space: nowrap; }
@@ -130,6 +131,18 @@ def banner_html(synthetic: Any) -> str | None:
     return None
 
 
+def incomplete_html(run_info: Mapping[str, Any]) -> str | None:
+    """A banner when run.json says the run did not finish (interrupted, failed, or still
+    running): how many of its units finished and how to continue it."""
+    status = run_info.get("status", "finished")
+    if status == "finished":
+        return None
+    progress = run_info.get("progress") or {}
+    return (f'<div class="banner incomplete" role="alert">INCOMPLETE: {esc(progress.get("units_done", "?"))} of '
+            f'{esc(progress.get("units_total", "?"))} units (the run {esc(status)}); these numbers cover the finished '
+            f"units only. <code>fedcare resume</code> continues the run.</div>")
+
+
 def notes_html(run_info: Mapping[str, Any], notes: Sequence[str] = ()) -> str | None:
     """run.json's notes followed by the report's own notes, as a list (None when there are none)."""
     run_notes = run_info.get("notes") or []
@@ -145,9 +158,10 @@ def page_title(run_info: Mapping[str, Any], run_dir_name: str) -> str:
     return str(run_info.get("title") or f"fedcare run {run_dir_name}".strip())
 
 
-def render_page(title: str, synthetic: Any, body: Sequence[str]) -> str:
+def render_page(title: str, synthetic: Any, body: Sequence[str], incomplete: str | None = None) -> str:
     """The page skeleton shared by every study's report: head with inline CSS, <h1> title, the
-    synthetic-data banner, then ``body`` (HTML fragments, already escaped), the footer."""
+    banners (synthetic data; an unfinished run), then ``body`` (HTML fragments, already
+    escaped), the footer."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -158,6 +172,8 @@ def render_page(title: str, synthetic: Any, body: Sequence[str]) -> str:
     banner = banner_html(synthetic)
     if banner:
         parts.append(banner)
+    if incomplete:
+        parts.append(incomplete)
     parts += list(body)
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
     parts.append(
@@ -191,4 +207,4 @@ def render_run_page(
         parts += [f'<h2 id="{esc(anchor)}">{esc(heading)}</h2>', content]
     parts.append('<h2 id="plots">Plots</h2>')
     parts += [figure_block(name, png, captions.get(name, name)) for name, png in plots.items()]
-    return render_page(page_title(run_info, run_dir_name), run_info.get("synthetic"), parts)
+    return render_page(page_title(run_info, run_dir_name), run_info.get("synthetic"), parts, incomplete_html(run_info))

@@ -11,43 +11,17 @@ import csv
 import html
 import io
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fedcare.evaluation.statistics import Unit
+from fedcare.files import atomic_write_text
 
 PCT_DIGITS = 1
 
 
 # -- files ------------------------------------------------------------------------------
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a temp file in the same directory and ``os.replace``, so
-    readers see either the old file or the complete new one, never a partial write."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
 # -- formatting -------------------------------------------------------------------------
 def is_missing(x: Any) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))

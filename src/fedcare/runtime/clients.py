@@ -209,3 +209,17 @@ class LocalClients:
         self.runners = {c: r for c, r in self.runners.items() if c in self._in_snapshot}
         for r in self.runners.values():
             r.run(Restore(), self.model, None)
+
+    # -- a resumable run's checkpoint (`fedcare.studies.checkpoint`) -----------------------
+    def state_dict(self) -> dict:
+        """Every client's state and snapshot, copied."""
+        return {"clients": {c: (clone_state(r.state), None if r.best is None else clone_state(r.best))
+                            for c, r in self.runners.items()},
+                "in_snapshot": list(self._in_snapshot)}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.runners = {}
+        for c, (state, best) in saved["clients"].items():
+            self.runners[c] = ClientRunner(self.half, self.seed, c, clone_state(state))
+            self.runners[c].best = None if best is None else clone_state(best)
+        self._in_snapshot = set(saved["in_snapshot"])

@@ -116,6 +116,20 @@ class Federation:
         self.clients.restore()
         self.server = copy.deepcopy(server)
 
+    # -- a resumable run's checkpoint (in process) ------------------------------------------
+    def state_dict(self) -> dict:
+        """What continuing this federation needs: the global message, the server half (its
+        optimizer moments, FedAP's weights, ...) and, in process, every client's state."""
+        if not hasattr(self.clients, "state_dict"):
+            raise TypeError(f"{type(self.clients).__name__}: clients at their sites cannot be checkpointed here")
+        return {"global_message": self.global_message.clone(), "server": copy.deepcopy(self.server),
+                "clients": self.clients.state_dict()}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.global_message = saved["global_message"].clone()
+        self.server = copy.deepcopy(saved["server"])
+        self.clients.load_state_dict(saved["clients"])
+
     def train_phase(
         self,
         phase: str,

@@ -31,6 +31,7 @@ from fedcare.config import Experiment
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.sites import Site, SiteError
+from fedcare.studies.checkpoint import Checkpoint, NoCheckpoint
 from fedcare.studies.rundir import Progress
 
 # write(record): one JSON object appended to metrics.jsonl
@@ -123,9 +124,10 @@ class Study(ABC):
         pool data); raise `fedcare.config.ConfigError` naming the experiment `name`."""
 
     # -- protocol ----------------------------------------------------------------------
-    def protocol(self, runtime: StudyRuntime, write: Records, progress: Progress | None) -> StudyProtocol:
+    def protocol(self, runtime: StudyRuntime, write: Records, progress: Progress | None,
+                 checkpoint: Checkpoint | None = None) -> StudyProtocol:
         """The protocol that runs this experiment on `runtime`'s clients."""
-        return self.protocol_class(self, runtime, write, progress)
+        return self.protocol_class(self, runtime, write, progress, checkpoint)
 
     # -- report (from a run directory alone) -------------------------------------------
     @classmethod
@@ -149,16 +151,23 @@ class Study(ABC):
 class StudyProtocol(ABC):
     """What runs between loading the data and writing the report: the server's side of the
     study. It sees only `runtime` (its clients' summaries, federations) and writes records
-    with `write`; it counts progress in units of its choice (`units_total`, `advance`)."""
+    with `write`.
 
-    def __init__(self, study: Study, runtime: StudyRuntime, write: Records, progress: Progress | None):
+    Its work comes in units of its choice (a session, a round): it sets `units_total` in its
+    constructor and calls `finish_unit` after each unit with the state continuing needs; a
+    resumed run skips the units `finished` before and takes the state back from
+    `self.checkpoint` (see `fedcare.studies.checkpoint`)."""
+
+    def __init__(self, study: Study, runtime: StudyRuntime, write: Records, progress: Progress | None,
+                 checkpoint: Checkpoint | NoCheckpoint | None = None):
         self.study = study
         self.config = study.config
         self.runtime = runtime
         self.write = write
         self.progress = progress or (lambda *_: None)
+        self.checkpoint = checkpoint or NoCheckpoint()
         self.units_total = 0
-        self.units_done = 0
+        self.units_done = self.checkpoint.units_done
 
     @abstractmethod
     def run(self) -> None:
@@ -168,7 +177,22 @@ class StudyProtocol(ABC):
         """What run.json says about this run besides the config (e.g. the test subjects)."""
         return {}
 
+    def notes(self) -> list[str]:
+        """What the report's notes must say about this run (e.g. a warning the config allowed)."""
+        return []
+
     # -- helpers every protocol uses ---------------------------------------------------
+    def finished(self, *key: Any) -> bool:
+        """Whether unit `key` finished before this run was resumed."""
+        return self.checkpoint.finished(*key)
+
+    def finish_unit(self, description: str, *key: Any, **state: Any) -> None:
+        """Unit `key` is done: commit it with the `state` continuing after it needs (None
+        removes a piece), and show the progress."""
+        self.checkpoint.units_total = self.units_total
+        self.checkpoint.commit(*key, **state)
+        self.advance(description)
+
     def advance(self, description: str) -> None:
         self.units_done += 1
         self.progress(description, self.units_done, self.units_total)

@@ -1,9 +1,14 @@
-"""The one run sequence every study uses, and rebuilding a run's report.
+"""The one run sequence every study uses, resuming an interrupted run, and rebuilding a run's
+report.
 
-`run_study(config, out)`: create `<out>.partial`, write the resolved config, set the thread
-count, open metrics.jsonl, give the study's protocol its runtime (every client in this
-process, or a runtime whose clients are sites on Flower), run it, write run.json and the
-report, and rename the directory to `<out>` (see `fedcare.studies.rundir`).
+`run_study(config, out)`: take `<out>.partial` (exclusively), write the resolved config, set
+the thread count, open metrics.jsonl, give the study's protocol its runtime (every client in
+this process, or a runtime whose clients are sites on Flower), write run.json (at the start,
+with whether the data are synthetic, and as units finish), run the protocol, build the
+report, and rename the directory to `<out>`. A failure or an interruption keeps the partial
+directory when it holds finished work, and the exception (re-raised as it was) carries a
+note saying what was kept and how to continue (`stop_note`); `resume_study(partial)`
+continues it from its last finished unit.
 """
 
 from __future__ import annotations
@@ -12,40 +17,135 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fedcare.config import Experiment, to_toml
+from fedcare.config import Experiment, load_config, to_toml
+from fedcare.files import atomic_write_text
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
-from fedcare.studies.rundir import Progress, partial_run_directory, read_run_info, records_writer, start_run, write_run_info
+from fedcare.studies.checkpoint import Checkpoint
+from fedcare.studies.rundir import (
+    METRICS_FILE,
+    Progress,
+    RecordsWriter,
+    RunDirectory,
+    log,
+    now,
+    read_run_info,
+    set_threads,
+    update_run_info,
+)
 
 # (the study bound to its experiment, the records writer) -> the runtime whose clients are the sites
 RuntimeFactory = Callable[[Study, Records], StudyRuntime]
 
 
+class Terminated(BaseException):
+    """The process was asked to stop (SIGTERM): handled like Ctrl-C (KeyboardInterrupt)."""
+
+
+def stop_note(error: BaseException) -> str:
+    """What a run that ended with `error` kept and how to continue it ("" if it says nothing)."""
+    return "\n".join(n for n in getattr(error, "__notes__", []) if n.startswith(("kept ", "nothing was finished")))
+
+
 def run_study(
     config: Experiment, out: Path, *, config_file: str = "", progress: Progress | None = None,
-    keep_partial: bool = False, runtime_factory: RuntimeFactory | None = None,
+    keep_partial: bool = False, runtime_factory: RuntimeFactory | None = None, unique: bool = False,
 ) -> Path:
-    """Run the experiment into the run directory `out` and build its report; returns `out`.
-    Default runtime: every client in this process (`Study.local_runtime`)."""
+    """Run the experiment into the run directory `out` and build its report; returns the run
+    directory (`out`, or `out-2`, ... with `unique` when `out` is taken). Default runtime:
+    every client in this process (`Study.local_runtime`)."""
+    run = RunDirectory.create(out, unique=unique)
+    return _run(run, config, config_file=config_file, progress=progress, keep_partial=keep_partial,
+                runtime_factory=runtime_factory, saved=None)
+
+
+def resume_study(partial: Path, *, progress: Progress | None = None) -> Path:
+    """Continue an interrupted run (its `.partial` directory) from its last finished unit;
+    the records end as an uninterrupted run's would. In this process only."""
+    run = RunDirectory.reopen(partial)
+    try:
+        config = load_config(run.partial / "config.toml")
+        saved = Checkpoint.load(run.partial)
+        info = read_run_info(run.partial)[0]
+    except BaseException:
+        run.release()
+        raise
+    if info.get("runtime") == "flower":
+        run.release()
+        raise ValueError(f"{run.partial}: a run across sites on Flower cannot be resumed here")
+    return _run(run, config, config_file=str(info.get("config_file", "")), progress=progress, keep_partial=True,
+                runtime_factory=None, saved=saved or {})
+
+
+def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: Progress | None, keep_partial: bool,
+         runtime_factory: RuntimeFactory | None, saved: dict | None) -> Path:
     study = registry.study_for(config)
-    with partial_run_directory(out, keep_partial) as partial:
-        started = start_run(partial, config, to_toml(config))
-        with records_writer(partial / "metrics.jsonl") as write:
-            if runtime_factory is None:
-                runtime = study.local_runtime(partial, progress)
-            else:
-                runtime = runtime_factory(study, write)
-            protocol = study.protocol(runtime, write, progress)
-            t0 = time.perf_counter()
-            protocol.run()
-            seconds = time.perf_counter() - t0
-        write_run_info(
-            partial, out, study=study.name, title=config.title, synthetic=runtime.synthetic, config_file=config_file,
-            seeds=config.seeds, methods=config.methods, **protocol.facts(), started=started,
-            training_seconds=round(seconds, 2), notes=runtime.notes(), **runtime.facts(),
-        )
+    partial = run.partial
+    records = None
+    checkpoint = None
+    try:
+        resumed = saved is not None
+        set_threads(config)
+        if resumed:
+            started = read_run_info(partial)[0].get("started", now())
+        else:
+            atomic_write_text(partial / "config.toml", to_toml(config))
+            started = now()
+        log(partial, f"{'resumed' if resumed else 'started'} {study.name} run {run.out.name} (pid {_pid()})")
+        records = RecordsWriter(partial / METRICS_FILE, truncate_to=(saved or {}).get("offset", 0) if resumed else None)
+        update_run_info(partial, run_dir=run.out.name, study=study.name, title=config.title, config_file=config_file,
+                        seeds=config.seeds, methods=config.methods, started=started, status="running")
+        runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
+        if runtime_factory is None:
+            checkpoint = Checkpoint(partial, records, saved)
+        protocol = study.protocol(runtime, records.write, progress, checkpoint)
+        if checkpoint is not None:
+            checkpoint.units_total = protocol.units_total
+        update_run_info(partial, synthetic=runtime.synthetic,
+                        progress={"units_done": protocol.units_done, "units_total": protocol.units_total})
+        t0 = time.perf_counter()
+        protocol.run()
+        seconds = time.perf_counter() - t0
+        records.sync()
+        update_run_info(partial, **protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
+                        notes=runtime.notes() + protocol.notes(), status="finished",
+                        progress={"units_done": protocol.units_done, "units_total": protocol.units_total},
+                        **runtime.facts())
         build_report(partial)
-    return Path(out)
+        log(partial, "finished")
+        records.close()
+        return run.finish()
+    except BaseException as e:
+        if records is not None:
+            records.close()
+        e.add_note(_stopped(run, e, keep_partial, checkpoint))
+        raise
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _stopped(run: RunDirectory, error: BaseException, keep_partial: bool, checkpoint: Checkpoint | None) -> str:
+    """Keep the partial directory if it holds finished work (or asked to), else remove it;
+    returns the note saying which, and how to continue."""
+    interrupted = isinstance(error, (KeyboardInterrupt, Terminated))
+    why = {KeyboardInterrupt: "interrupted (Ctrl-C)", Terminated: "stopped (SIGTERM)"}.get(type(error)) or str(error)
+    done = checkpoint.units_done if checkpoint is not None else 0
+    total = checkpoint.units_total if checkpoint is not None else 0
+    if done or keep_partial:
+        try:
+            log(run.partial, f"stopped: {why}")
+            update_run_info(run.partial, status="interrupted" if interrupted else "failed", error=why)
+        except OSError:
+            pass  # e.g. the disk is full: what is on it stays
+        run.release()
+        what = f"{done} of {total} units finished" if total else "nothing finished"
+        return f"kept {run.partial} ({what}); continue with: fedcare resume {run.partial}"
+    run.remove()
+    return "nothing was finished; nothing kept"
 
 
 def study_of_run(run_dir: Path) -> tuple[type[Study], dict, list[str]]:
@@ -61,7 +161,8 @@ def study_of_run(run_dir: Path) -> tuple[type[Study], dict, list[str]]:
 
 def build_report(run_dir: Path) -> Path:
     """Write the tables, plots and report.html of a run directory (run.json's study; pain
-    when run.json does not say) from its metrics.jsonl; returns report.html's path."""
+    when run.json does not say) from its metrics.jsonl; returns report.html's path. An
+    unfinished run's report says so at the top."""
     study, run_info, notes = study_of_run(run_dir)
     return study.build_report(Path(run_dir), run_info, notes)
 

@@ -1,83 +1,246 @@
-"""A run directory's lifecycle: work in `<out>.partial`, rename to `<out>` only on success.
+"""A run directory's lifecycle: work in `<out>.partial`, rename it to `<out>` only on success.
 
-An existing run directory is never overwritten; a failed run leaves nothing behind (unless
-asked to keep the partial directory for debugging)."""
+- **Exclusive.** The partial directory is created atomically with a lock file inside it
+  (`.lock`, `fcntl.flock`, held while the run lives and released by the kernel when the
+  process ends, however it ends). A second run into the same directory is refused with the
+  first run's process id, host and start time; a default name that is taken gets a suffix.
+- **Nothing finished is lost.** The records (metrics.jsonl) are flushed as they are written
+  and synced at every finished unit; a failure or an interruption keeps the partial directory
+  when it holds finished work, and `fedcare resume` continues it (`fedcare.studies.checkpoint`).
+  A partial directory is never deleted because a new run wants its name.
+- **run.json** is written when the run starts (with whether the data are synthetic), updated
+  as units finish, and completed at the end; `run.log` has a line per event.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import math
+import os
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import socket
+import tempfile
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import torch
 
 from fedcare import __version__
+from fedcare.files import atomic_write_text
 
 SYNTHETIC_DIR = "synthetic-data"  # where a config's [data.synthetic] is generated inside the run
 METRICS_FILE = "metrics.jsonl"  # the records, one JSON object per line
 RUN_FILE = "run.json"  # the run's facts
+LOG_FILE = "run.log"  # what happened, one line per event
+LOCK_FILE = ".lock"  # held by the process running in a partial directory
+PARTIAL = ".partial"
 
 # progress(task description, units done, units total)
 Progress = Callable[[str, int, int], None]
 
 
 class RunDirectoryExists(FileExistsError):
-    pass
-
-
-@contextmanager
-def partial_run_directory(out: Path, keep_partial: bool = False) -> Iterator[Path]:
-    out = Path(out)
-    if out.exists():
-        raise RunDirectoryExists(f"{out}: run directory already exists; choose another --out or remove it")
-    partial = out.with_name(out.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    try:
-        yield partial
-        partial.rename(out)
-    except BaseException:
-        if not keep_partial:
-            shutil.rmtree(partial, ignore_errors=True)
-        raise
-
-
-@contextmanager
-def records_writer(path: Path) -> Iterator[Callable[[dict], None]]:
-    """Append one JSON object per line, flushed as it goes (metrics.jsonl)."""
-    handle: IO[str] = path.open("a")
-
-    def write(record: dict) -> None:
-        handle.write(json.dumps(record, allow_nan=True) + "\n")
-        handle.flush()
-
-    try:
-        yield write
-    finally:
-        handle.close()
-
-
-def start_run(run_dir: Path, config, config_toml: str) -> str:
-    """What every study does first: its thread count, the resolved config on disk; returns the start time."""
-    if config.runtime.threads:
-        torch.set_num_threads(config.runtime.threads)
-    (run_dir / "config.toml").write_text(config_toml)
-    return now()
+    """The run directory (or its partial directory) is taken; the message says by what."""
 
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def write_run_info(run_dir: Path, out: Path, **facts) -> None:
-    """run.json: what the report shows about the run."""
-    info = {"run_dir": Path(out).name, "fedcare_version": __version__, "finished": now(), **facts}
-    (run_dir / RUN_FILE).write_text(json.dumps(info, indent=2))
+def partial_of(out: Path) -> Path:
+    out = Path(out)
+    return out if out.name.endswith(PARTIAL) else out.with_name(out.name + PARTIAL)
+
+
+def final_of(partial: Path) -> Path:
+    partial = Path(partial)
+    return partial.with_name(partial.name[: -len(PARTIAL)]) if partial.name.endswith(PARTIAL) else partial
+
+
+class RunDirectory:
+    """`<out>.partial`, held by this process until `finish` renames it to `<out>`."""
+
+    def __init__(self, out: Path, lock: IO[str]):
+        self.out = final_of(out)
+        self.partial = partial_of(out)
+        self._lock = lock
+
+    # -- taking a directory ------------------------------------------------------------
+    @classmethod
+    def create(cls, out: Path, *, unique: bool = False) -> "RunDirectory":
+        """A new partial directory for `out`. `unique` (a default name): if `out` is taken,
+        try `out-2`, `out-3`, ...; otherwise a taken `out` is an error naming what holds it."""
+        out = Path(out)
+        for n in range(1, 1000):
+            candidate = out if n == 1 else out.with_name(f"{out.name}-{n}")
+            try:
+                return cls._create(candidate)
+            except RunDirectoryExists:
+                if not unique:
+                    raise
+        raise RunDirectoryExists(f"{out}: 999 run directories of this name exist; choose another --out")
+
+    @classmethod
+    def _create(cls, out: Path) -> "RunDirectory":
+        partial = partial_of(out)
+        if out.exists():
+            raise RunDirectoryExists(f"{out}: run directory already exists; choose another --out or remove it")
+        if partial.exists():
+            raise RunDirectoryExists(describe_partial(partial))
+        # build it beside, locked, then rename into place: no one ever sees it unlocked
+        try:
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{partial.name}.", dir=partial.parent))
+        except OSError as e:
+            raise OSError(e.errno, f"cannot create the run directory here ({e.strerror})", str(out)) from None
+        try:
+            os.chmod(staging, 0o777 & ~_umask())
+            lock = _take_lock(staging)
+            try:
+                os.rename(staging, partial)
+            except OSError:
+                lock.close()
+                raise RunDirectoryExists(describe_partial(partial)) from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return cls(out, lock)
+
+    @classmethod
+    def reopen(cls, partial: Path) -> "RunDirectory":
+        """An interrupted run's partial directory, to resume; refused while a process holds it."""
+        partial = partial_of(partial)
+        if not partial.is_dir():
+            done = final_of(partial)
+            if done.is_dir():
+                raise RunDirectoryExists(f"{done}: this run finished; there is nothing to resume")
+            raise FileNotFoundError(f"{partial}: no such run directory to resume")
+        try:
+            lock = _take_lock(partial)
+        except BlockingIOError:
+            raise RunDirectoryExists(describe_partial(partial)) from None
+        if final_of(partial).exists():
+            lock.close()
+            raise RunDirectoryExists(f"{final_of(partial)}: exists already; move it away to resume {partial}")
+        return cls(final_of(partial), lock)
+
+    # -- leaving it --------------------------------------------------------------------
+    def finish(self) -> Path:
+        os.rename(self.partial, self.out)
+        self._lock.close()
+        return self.out
+
+    def remove(self) -> None:
+        shutil.rmtree(self.partial, ignore_errors=True)
+        self._lock.close()
+
+    def release(self) -> None:
+        """Keep the partial directory (finished work in it), free for `fedcare resume`."""
+        self._lock.close()
+
+
+def _umask() -> int:
+    from fedcare.files import umask
+
+    return umask()
+
+
+def _take_lock(folder: Path) -> IO[str]:
+    """Hold `folder/.lock` (BlockingIOError if another process holds it) and write who we are."""
+    handle = open(folder / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": now()}))
+    handle.flush()
+    return handle
+
+
+def describe_partial(partial: Path) -> str:
+    """Why a partial directory cannot be taken: a live run holds it, or an interrupted one left it."""
+    holder = {}
+    try:
+        holder = json.loads((partial / LOCK_FILE).read_text() or "{}")
+    except (OSError, json.JSONDecodeError):
+        pass
+    try:
+        with open(partial / LOCK_FILE, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when closed
+        held = False
+    except BlockingIOError:
+        held = True
+    except OSError:
+        held = False
+    if held:
+        who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('since', '?')}"
+        return f"{partial}: another run is writing here ({who}); choose another --out"
+    progress = read_run_info(partial)[0].get("progress") or {}
+    done = f" ({progress.get('units_done', 0)} of {progress.get('units_total', '?')} units finished)" if progress else ""
+    return (f"{partial}: an interrupted run is kept here{done}; continue it with `fedcare resume {partial}` "
+            f"or remove the directory")
+
+
+# -- records -----------------------------------------------------------------------------
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities as null: metrics.jsonl is strict JSON for every other tool."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class RecordsWriter:
+    """metrics.jsonl: one JSON object per line, flushed as written; `sync` makes everything
+    written so far durable and returns the file's size (a checkpoint's offset)."""
+
+    def __init__(self, path: Path, truncate_to: int | None = None):
+        self.path = Path(path)
+        if truncate_to is not None and self.path.exists():
+            size = self.path.stat().st_size
+            if size < truncate_to:
+                raise ValueError(f"{self.path}: {size} bytes, but its checkpoint needs {truncate_to}: the records "
+                                 f"were cut short; this run cannot be resumed")
+            os.truncate(self.path, truncate_to)  # drop what an unfinished unit wrote
+        self._handle: IO[str] = self.path.open("a")
+        self.written = 0
+
+    def write(self, record: dict) -> None:
+        self._handle.write(json.dumps(_json_safe(record), allow_nan=False) + "\n")
+        self._handle.flush()
+        self.written += 1
+
+    def sync(self) -> int:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        return self.path.stat().st_size
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+# -- run.json and run.log --------------------------------------------------------------------
+def set_threads(config) -> None:
+    """torch's CPU threads as the experiment says (float sums depend on the thread count)."""
+    if config.runtime.threads:
+        torch.set_num_threads(config.runtime.threads)
+
+
+def update_run_info(folder: Path, **facts: Any) -> dict:
+    """Merge `facts` into the run.json of `folder` (written atomically); returns the new content."""
+    info, _ = read_run_info(folder)
+    info.update({"fedcare_version": __version__, **facts})
+    atomic_write_text(Path(folder) / RUN_FILE, json.dumps(_json_safe(info), indent=2))
+    return info
 
 
 def read_run_info(run_dir: Path) -> tuple[dict, list[str]]:
@@ -109,3 +272,9 @@ def read_run_records(run_dir: Path) -> tuple[list[dict], list[str]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (not a run directory?)")
     return read_records(path)
+
+
+def log(run_dir: Path, message: str) -> None:
+    """One timestamped line in run.log (appended and flushed: a crash keeps every line)."""
+    with open(Path(run_dir) / LOG_FILE, "a") as handle:
+        handle.write(f"{now()} {message}\n")

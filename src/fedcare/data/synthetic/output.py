@@ -1,13 +1,26 @@
-"""Writing a generated dataset so that a failure leaves nothing half-written."""
+"""Writing a generated dataset so that a failure leaves nothing half-written.
+
+A generator writes into a hidden sibling (`.<name>.XXXX.tmp`) and renames it into place. A
+process killed mid-way (SIGKILL, power loss) cannot remove its sibling: the next generator
+writing next to it removes siblings whose process is gone (an `.owner` file in each says
+which process made it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from fedcare.files import process_alive, umask
+
+OWNER = ".owner"
+UNOWNED_GRACE_SECONDS = 60  # a sibling without an owner file yet may be one being created right now
 
 
 def check_output_dir(out: Path, overwrite: bool) -> None:
@@ -24,10 +37,17 @@ def atomic_directory(out: Path, overwrite: bool = False) -> Iterator[Path]:
     failure it is removed and `out` is left as it was."""
     out = Path(out)
     check_output_dir(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_siblings(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write a dataset here ({e.strerror})", str(out)) from None
+    try:
+        (tmp / OWNER).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
         yield tmp
+        (tmp / OWNER).unlink()
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp made it 0700: the dataset follows the umask
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
             os.replace(out, old / "old")
@@ -38,3 +58,28 @@ def atomic_directory(out: Path, overwrite: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def remove_stale_siblings(out: Path) -> list[Path]:
+    """Remove the temporary siblings of `out` left by generators that died on this host;
+    returns what was removed."""
+    removed = []
+    host = socket.gethostname()
+    for sibling in Path(out).parent.glob(f".{Path(out).name}.*"):
+        if not sibling.is_dir() or sibling.suffix not in (".tmp", ".old"):
+            continue
+        try:
+            owner = json.loads((sibling / OWNER).read_text())
+        except FileNotFoundError:
+            if time.time() - sibling.stat().st_mtime < UNOWNED_GRACE_SECONDS:
+                continue
+            owner = {}
+        except (OSError, json.JSONDecodeError):
+            owner = {}
+        if owner.get("host") not in (None, host):
+            continue  # made on another machine sharing this disk: not ours to judge
+        if owner.get("pid") is not None and process_alive(int(owner["pid"])):
+            continue
+        shutil.rmtree(sibling, ignore_errors=True)
+        removed.append(sibling)
+    return removed

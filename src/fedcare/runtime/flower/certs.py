@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 from pathlib import Path
+
+from fedcare.files import atomic_write_bytes
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -26,9 +27,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    path.write_bytes(data)
-    if private:
-        os.chmod(path, 0o600)
+    """Write a certificate (follows the umask) or a private key (0600 from creation: no window)."""
+    atomic_write_bytes(path, data, private=private)
 
 
 def _pem_key(key) -> bytes:

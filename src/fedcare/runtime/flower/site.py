@@ -10,8 +10,8 @@ federations one after another).
 
 from __future__ import annotations
 
+import io
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.messages import ClientState
 from fedcare.algorithms.split import load_tensors
 from fedcare.algorithms.training import ClientData
+from fedcare.files import atomic_write_bytes
 from fedcare.runtime.clients import ClientRunner
 from fedcare.runtime.sites import Builder, Site, SiteError
 from fedcare.runtime.flower.records import Begin, record_to_tensors, tensors_to_record
@@ -119,12 +120,11 @@ class SiteNode:
 
     def save(self, path: Path) -> None:
         """Write the state file atomically: a crash mid-write leaves the previous file whole."""
-        path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"meta": self.meta(), "state": self.runner.state if self.runner else None,
                    "best": self.runner.best if self.runner else None}
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        atomic_write_bytes(path, buffer.getvalue(), private=True)  # the private layers: 0600 from creation
 
     def load(self, path: Path) -> bool:
         """Resume from the state file (a restarted SuperNode); False if there is none."""

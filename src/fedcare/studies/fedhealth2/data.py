@@ -24,6 +24,7 @@ import torch
 
 from fedcare.algorithms.base import ClientId
 from fedcare.algorithms.training import ClientData
+from fedcare.data.common import DataError
 from fedcare.data.partition import dirichlet_label_split, train_test_split_per_client
 from fedcare.data.xray import CLASSES, XrayLayoutError, find_class_root, load_xray, read_xray
 from fedcare.seeding import numpy_rng
@@ -94,7 +95,11 @@ class DirichletSplits:
     def __call__(self, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
         if seed not in self._by_seed:
             p = self.config.protocol
-            parts = dirichlet_label_split(self.y, p.clients, p.dirichlet_alpha, numpy_rng(seed, "partition"))
+            try:
+                parts = dirichlet_label_split(self.y, p.clients, p.dirichlet_alpha, numpy_rng(seed, "partition"))
+            except ValueError as e:
+                raise DataError(f"protocol.clients = {p.clients}, protocol.dirichlet_alpha = {p.dirichlet_alpha}: "
+                                f"{e}; use fewer clients or more data") from None
             rng = numpy_rng(seed, "train-test")  # one generator across the clients, in order
             self._by_seed = {seed: [train_test_split_per_client(idx, p.test_fraction, rng) for idx in parts]}
         return self._by_seed[seed]
@@ -107,9 +112,12 @@ def natural_split(client: ClientId, n: int, test_fraction: float) -> Split:
 
 # -- reading ---------------------------------------------------------------------------------
 def generate(config: FedHealth2Experiment, workdir: Path, progress: Progress | None) -> Path:
-    """Write the configured synthetic copy into the run directory; returns its root."""
+    """Write the configured synthetic copy into the run directory (a resumed run has it
+    already: generators write a folder whole or not at all); returns its root."""
     syn = config.data.synthetic
     root = workdir / SYNTHETIC_DIR
+    if root.is_dir():
+        return root
     if config.data.dataset == "xray":
         from fedcare.data.synthetic.xray import generate_xray
 

@@ -23,9 +23,14 @@ from fedcare.studies.fedhealth2.methods import PRETRAIN
 
 
 class FedHealth2Protocol(StudyProtocol):
+    """Units: FedAP's pretraining of a seed, and each round of a method of a seed (round 1
+    with the setup exchange and the round-0 evaluation before it)."""
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.train.rounds
+        self.pretraining = bool(set(PRETRAINED_METHODS) & set(self.config.methods))
+        self.units_total = len(self.config.seeds) * (len(self.config.methods) * self.config.train.rounds
+                                                     + self.pretraining)
 
     def facts(self) -> dict:
         p = self.config.protocol
@@ -69,25 +74,39 @@ class FedHealth2Protocol(StudyProtocol):
                               round=rnd)
 
     def run_method(self, method: str, seed: int, clients: list, pretrained: dict[str, torch.Tensor] | None) -> None:
+        """The rounds; a resumed run takes the federation back after its last finished round."""
+        rounds = self.config.train.rounds
+        done = [rnd for rnd in range(1, rounds + 1) if self.finished(seed, method, rnd)]
+        if len(done) == rounds:
+            return
         model = self.new_model(seed)
         if method in PRETRAINED_METHODS:
             model.load_state_dict(pretrained)
         federation = self.runtime.federation(model, method, seed, label={"method": method, "seed": seed})
         train = {c: f"train/{seed}" for c in clients}
-        if method in PRETRAINED_METHODS:
-            federation.run_setup("setup", train)
-        self.evaluate(federation, method, seed, 0, clients)
-        for rnd in range(1, self.config.train.rounds + 1):
+        if done:
+            federation.load_state_dict(self.checkpoint.state("federation"))
+        else:
+            if method in PRETRAINED_METHODS:
+                federation.run_setup("setup", train)
+            self.evaluate(federation, method, seed, 0, clients)
+        for rnd in range(len(done) + 1, rounds + 1):
             if method == "f-fedap" and rnd == self.config.options.ffedap_warmup_rounds + 1:
                 federation.run_setup("setup", train)  # weights from the model after the FedBN warm-up rounds
             info = federation.run_round("train", rnd, train)
             self.record("round", method=method, seed=seed, phase="train", round=rnd, **info)
             self.evaluate(federation, method, seed, rnd, clients)
-            self.advance(f"seed {seed}: {method} round {rnd}")
+            self.finish_unit(f"seed {seed}: {method} round {rnd}", seed, method, rnd,
+                             federation=federation.state_dict if rnd < rounds else None)
 
     def run(self) -> None:
         for seed in self.config.seeds:
             clients = self.clients(seed)
-            pretrained = self.pretrain(seed, clients) if set(PRETRAINED_METHODS) & set(self.config.methods) else None
+            pretrained = None
+            if self.pretraining and self.finished(seed, "pretrain"):
+                pretrained = self.checkpoint.state("pretrained")
+            elif self.pretraining:
+                pretrained = self.pretrain(seed, clients)
+                self.finish_unit(f"seed {seed}: pretrain", seed, "pretrain", pretrained=pretrained)
             for method in self.config.methods:
                 self.run_method(method, seed, clients, pretrained)

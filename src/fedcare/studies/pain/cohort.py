@@ -13,12 +13,10 @@ import torch
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
 from fedcare.data.transforms import four_variants, preprocess
-from fedcare.data.unbc import UnbcDataset, UnbcFrame, load_unbc, read_grey
+from fedcare.data.unbc import FATAL_PROBLEMS, UnbcDataset, UnbcFrame, load_unbc, read_grey, subject_dir_name
 from fedcare.seeding import numpy_rng
 
 
-# Problems that make a frame unusable: a label without its image, an image without its label.
-FATAL_PROBLEMS = {"missing_pspi", "bad_pspi", "label_without_image"}
 
 
 class PainDataError(DataError):
@@ -207,6 +205,13 @@ def read_cohort(config, root: Path, subjects: list[int], progress: Callable[[str
     """Read and preprocess `subjects` of the UNBC-McMaster copy at `root`; fails naming the
     files that cannot be used."""
     dataset = load_unbc(root, subjects=subjects)
+    images = dataset.parts.get("Images") or Path(root) / "Images"
+    for k in sorted(set(subjects) - set(dataset.subjects())):  # before its labels are listed "without image"
+        folder = images / subject_dir_name(images, k)
+        if folder.is_dir():
+            raise PainDataError(f"subject {k} has no frames in {folder}")
+        raise PainDataError(f"{root}: subject {k} not found: no {images}/{k:03d}-* folder "
+                            f"(found subjects {', '.join(map(str, dataset.subjects()))})")
     fatal = [p for p in dataset.problems if p.kind in FATAL_PROBLEMS]
     if fatal:
         listed = "\n".join(f"  {p.kind}: {p.path} ({p.detail})" for p in fatal[:5])

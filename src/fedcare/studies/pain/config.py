@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from fedcare.config import DataSource, Experiment, Strict
 from fedcare.data.common import THESIS_GROUP1, THESIS_GROUP2
@@ -35,12 +35,21 @@ class PainData(DataSource):
 
 class PainProtocol(Strict):
     pretrain_subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP1))  # thesis Group 1
-    subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP2))  # thesis Group 2
+    subjects: list[int] = Field(default_factory=lambda: list(THESIS_GROUP2), min_length=1)  # thesis Group 2
     image_size: int = Field(215, ge=16)
     crop_ratio: float = Field(215 / 250, gt=0.5, le=1)
     balance_per_class: int = Field(200, ge=1)  # SessionBalancing T
     pretrain_val_fraction: float = Field(0.2, gt=0, lt=1)
-    last_session: int | None = None  # test sessions 1..last (default: every session present)
+    last_session: int | None = Field(None, ge=1)  # test sessions 1..last (default: every session present)
+    # a test subject scored by a model pretrained on its own frames: refused unless allowed (the report warns)
+    allow_overlap: bool = False
+
+    @field_validator("pretrain_subjects", "subjects")
+    @classmethod
+    def _distinct(cls, subjects: list[int]) -> list[int]:
+        if len(set(subjects)) != len(subjects):
+            raise ValueError(f"a subject is listed twice: {sorted(s for s in set(subjects) if subjects.count(s) > 1)}")
+        return subjects
 
 
 class Train(Strict):
@@ -70,6 +79,20 @@ class PainExperiment(Experiment):
     protocol: PainProtocol = PainProtocol()
     train: Train = Train()
     pfdl: PFDLOptions = PFDLOptions()
+
+    @model_validator(mode="after")
+    def _pretraining(self) -> "PainExperiment":
+        pretrained = [m for m in self.methods if m in ("BC", "BF") or m.endswith(("(C)", "(F)"))]
+        p = self.protocol
+        if pretrained and not p.pretrain_subjects:
+            raise ValueError(f"protocol.pretrain_subjects: methods {pretrained} start from a model pretrained on "
+                             f"these subjects; list at least one")
+        overlap = sorted(set(p.pretrain_subjects) & set(p.subjects))
+        if pretrained and overlap and not p.allow_overlap:
+            raise ValueError(f"protocol.subjects: {overlap} are also pretraining subjects, so methods {pretrained} "
+                             f"would test them with a model pretrained on their own frames; remove them from one "
+                             f"list, or set protocol.allow_overlap = true (the report then says so)")
+        return self
 
     @field_validator("methods")
     @classmethod

@@ -18,15 +18,29 @@ from fedcare.studies.pain.methods import Method
 
 
 class PainProtocol(StudyProtocol):
+    """Units: each pretraining of a seed, and each test session of a method of a seed (the
+    test, then the training that follows it)."""
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.summaries = self.runtime.summaries()
         present = max(self.summaries[k]["sessions"] for k in self.subjects()) - 1
         self.last_session = min(present, self.config.protocol.last_session or present)
         self.test_sessions = list(range(1, self.last_session + 1))
+        self.methods = [Method.parse(m) for m in self.config.methods]
+        self.inits_needed = sorted({m.init for m in self.methods} - {"N"})
+        self.units_total = len(self.config.seeds) * (len(self.inits_needed) + len(self.methods) * len(self.test_sessions))
 
     def facts(self) -> dict:
         return {"subjects": self.subjects(), "test_sessions": self.test_sessions}
+
+    def notes(self) -> list[str]:
+        p = self.config.protocol
+        overlap = sorted(set(p.pretrain_subjects) & set(p.subjects))
+        if overlap and self.inits_needed:
+            return [f"WARNING: subjects {overlap} are both pretraining and test subjects (protocol.allow_overlap): "
+                    f"the pretrained methods test them with a model pretrained on their own frames."]
+        return []
 
     # -- data references --------------------------------------------------------------
     def subjects(self) -> list[int]:
@@ -76,7 +90,6 @@ class PainProtocol(StudyProtocol):
             on_round=lambda info: self._round_record(label, seed, phase, info),
         )
         self._phase_record(label, seed, phase, result)
-        self.advance(f"seed {seed}: {label}")
         return federation.global_message.clone().tensors  # every tensor is shared: the whole model
 
     # -- records ----------------------------------------------------------------------
@@ -94,19 +107,19 @@ class PainProtocol(StudyProtocol):
 
     # -- the protocol -----------------------------------------------------------------
     def run_method(self, method: Method, seed: int, init_state: dict) -> None:
+        """Walk the sessions; a resumed run takes the federation back after its last finished session."""
         t = self.config.train
-        if method.algorithm is None:  # RANDOM / BC / BF: evaluated as they are, every client alike
-            federation = self.runtime.federation(self.new_model(init_state), "fedavg", seed,
-                                                 label={"method": method.label, "seed": seed})
-            for s in self.test_sessions:
-                self.test(federation, method.label, seed, s)
-                self.advance(f"seed {seed}: {method.label} session {s}")
-            return
-        federation = self.runtime.federation(self.new_model(init_state), method.algorithm, seed, t.client_fraction,
+        algorithm = method.algorithm or "fedavg"  # RANDOM / BC / BF: evaluated as they are, every client alike
+        federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction,
                                              label={"method": method.label, "seed": seed})
+        done = [s for s in self.test_sessions if self.finished(seed, method.label, s)]
+        if done and method.algorithm is not None and len(done) < len(self.test_sessions):
+            federation.load_state_dict(self.checkpoint.state("federation"))
         for s in self.test_sessions:
+            if s in done:
+                continue
             self.test(federation, method.label, seed, s)
-            if s < self.last_session:
+            if method.algorithm is not None and s < self.last_session:
                 train = self.training_sets(seed, s - 1)
                 val = self.session_refs(s)
                 phase = f"session-{s}"
@@ -115,16 +128,19 @@ class PainProtocol(StudyProtocol):
                     on_round=lambda info: self._round_record(method.label, seed, phase, info),
                 )
                 self._phase_record(method.label, seed, phase, result)
-            self.advance(f"seed {seed}: {method.label} session {s}")
+            going_on = method.algorithm is not None and s < self.last_session
+            self.finish_unit(f"seed {seed}: {method.label} session {s}", seed, method.label, s,
+                             federation=federation.state_dict if going_on else None)
 
     def run(self) -> None:
-        methods = [Method.parse(m) for m in self.config.methods]
-        inits_needed = sorted({m.init for m in methods} - {"N"})
-        self.units_total = len(self.config.seeds) * (len(inits_needed) + len(methods) * len(self.test_sessions))
         for seed in self.config.seeds:
             random_init = self.new_model(seed=seed).state_dict()
             inits = {"N": random_init}
-            for kind in inits_needed:
+            for kind in self.inits_needed:
+                if self.finished(seed, f"pretrain {kind}"):
+                    inits[kind] = self.checkpoint.state(f"init {kind}")
+                    continue
                 inits[kind] = self.pretrain(seed, kind, random_init)
-            for method in methods:
+                self.finish_unit(f"seed {seed}: pretrain {kind}", seed, f"pretrain {kind}", **{f"init {kind}": inits[kind]})
+            for method in self.methods:
                 self.run_method(method, seed, inits[method.init])

@@ -43,16 +43,18 @@ class PainStudy(Study):
         a site per protocol subject; the whole cohort stays for Group-1 pretraining."""
         data, protocol = self.config.data, self.config.protocol
         root = data.root
-        if data.synthetic is not None:
+        if data.synthetic is not None and not (workdir / SYNTHETIC_DIR).is_dir():  # a resumed run has it
             from fedcare.data.synthetic.pain import generate_pain_cohort
 
             syn = data.synthetic
-            root = workdir / SYNTHETIC_DIR
             generate_pain_cohort(
-                root, seed=syn.seed, subjects=syn.subjects, frame_scale=syn.frame_scale, image_size=syn.image_size,
+                workdir / SYNTHETIC_DIR, seed=syn.seed, subjects=syn.subjects, frame_scale=syn.frame_scale,
+                image_size=syn.image_size,
                 min_frames_per_sequence=syn.min_frames_per_sequence,
                 progress=(lambda d, t: progress("generating synthetic cohort", d, t)) if progress else None,
             )
+        if data.synthetic is not None:
+            root = workdir / SYNTHETIC_DIR
         cohort = read_cohort(self.config, root, sorted(set(protocol.subjects) | set(protocol.pretrain_subjects)),
                              progress)
         sites = {k: PainSite(k, cohort.sessions[k], protocol.balance_per_class, cohort.synthetic)

@@ -1,0 +1,98 @@
+"""Resuming an interrupted run from its last finished unit.
+
+A protocol divides its work into units (pain: a pretraining, or one session of one method of
+one seed; FedHealth 2: one round of one method of one seed) and calls `Checkpoint.commit`
+after each, with the state it needs to continue from there (the running federation's, the
+pretrained starts). A commit syncs metrics.jsonl, then atomically replaces `checkpoint.pt`
+with: the finished units, that state, and the size of metrics.jsonl at that point.
+
+`fedcare resume DIR` reruns the protocol: it skips finished units (`finished`), takes its
+state back (`state`), truncates metrics.jsonl to the committed size (dropping what an
+unfinished unit wrote), and goes on. Every random draw is derived from (seed, phase, client,
+round, purpose) and the state is saved bit for bit, so the records end byte-identical to an
+uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedcare.files import atomic_write_bytes
+from fedcare.studies.rundir import RecordsWriter, log, update_run_info
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+def unit_key(key: tuple) -> tuple:
+    """Keys are compared after a round trip through the file: plain tuples of str/int."""
+    return tuple(key)
+
+
+class NoCheckpoint:
+    """A protocol run outside `run_study` (tests): nothing finished before, nothing kept."""
+
+    units_total = 0
+    units_done = 0
+
+    def finished(self, *key: Hashable) -> bool:
+        return False
+
+    def state(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def commit(self, *key: Hashable, **state: Any) -> None:
+        pass
+
+
+class Checkpoint:
+    def __init__(self, run_dir: Path, records: RecordsWriter, saved: dict | None = None):
+        self.run_dir = Path(run_dir)
+        self.records = records
+        saved = saved or {}
+        self.finished_units: list[tuple] = [unit_key(k) for k in saved.get("units", [])]
+        self._done = set(self.finished_units)
+        self._state: dict[str, Any] = saved.get("state", {})
+        self.units_total = 0
+
+    @staticmethod
+    def load(run_dir: Path) -> dict | None:
+        """What the last commit saved (None: nothing finished yet)."""
+        path = Path(run_dir) / CHECKPOINT_FILE
+        if not path.is_file():
+            return None
+        # our own file (tensors, and server halves' state objects): not weights only
+        return torch.load(path, weights_only=False)
+
+    def finished(self, *key: Hashable) -> bool:
+        return unit_key(key) in self._done
+
+    def state(self, name: str, default: Any = None) -> Any:
+        """A piece of state saved by the last commit (e.g. "federation")."""
+        return self._state.get(name, default)
+
+    @property
+    def units_done(self) -> int:
+        return len(self.finished_units)
+
+    def commit(self, *key: Hashable, **state: Any) -> None:
+        """Unit `key` is finished; `state` (name -> value; None removes it; a callable is
+        called here, so the copying happens only where a checkpoint is kept) is what
+        continuing after it needs. Durable before it returns."""
+        self.finished_units.append(unit_key(key))
+        self._done.add(unit_key(key))
+        for name, value in state.items():
+            if value is None:
+                self._state.pop(name, None)
+            else:
+                self._state[name] = value() if callable(value) else value
+        offset = self.records.sync()
+        buffer = io.BytesIO()
+        torch.save({"units": self.finished_units, "state": self._state, "offset": offset}, buffer)
+        atomic_write_bytes(self.run_dir / CHECKPOINT_FILE, buffer.getvalue(), private=True)
+        update_run_info(self.run_dir, progress={"units_done": self.units_done, "units_total": self.units_total})
+        log(self.run_dir, f"finished {'/'.join(map(str, key))} ({self.units_done} of {self.units_total} units)")

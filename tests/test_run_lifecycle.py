@@ -1,0 +1,385 @@
+"""Runs a user can trust: exclusive run directories, no finished work lost, resume with
+byte-identical records, signals, an incomplete run's report, and one-line errors (never a
+traceback) for bad input."""
+
+import errno
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fedcare.cli import app
+from fedcare.config import ConfigError, load_config, to_toml
+from fedcare.data.synthetic.pain import generate_pain_cohort
+from fedcare.studies import run as run_module
+from fedcare.studies.checkpoint import CHECKPOINT_FILE
+from fedcare.studies.pain.config import PainExperiment
+from fedcare.studies.rundir import RunDirectory, RunDirectoryExists
+from fedcare.studies.run import build_report, resume_study, run_study
+
+SUBJECTS = [42, 43, 80]
+
+
+def pain_config(root: Path, **protocol) -> PainExperiment:
+    return PainExperiment.model_validate({
+        "title": "lifecycle", "seeds": [5, 6], "methods": ["RANDOM", "F(C)", "FP(N)"], "data": {"root": str(root)},
+        "protocol": {"pretrain_subjects": [42], "subjects": [43, 80], "image_size": 16, "balance_per_class": 12,
+                     "last_session": 2, **protocol},
+        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1, "pretrain_max_rounds": 2,
+                  "pretrain_patience": 1},
+        "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 1},
+    })
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data") / "unbc"
+    generate_pain_cohort(root, subjects=SUBJECTS, frame_scale=0.02, image_size=32)
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(cohort, tmp_path_factory) -> Path:
+    """An uninterrupted run: what every interrupted and resumed run must end as."""
+    return run_study(pain_config(cohort), tmp_path_factory.mktemp("ref") / "run")
+
+
+def write_config(path: Path, config) -> Path:
+    path.write_text(to_toml(config))
+    return path
+
+
+def cli(*args: str, cwd: Path | None = None, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fedcare.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)
+
+
+def wait_for_units(partial: Path, units: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            progress = json.loads((partial / "run.json").read_text()).get("progress") or {}
+        except (OSError, json.JSONDecodeError):
+            progress = {}
+        if progress.get("units_done", 0) >= units:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise TimeoutError(f"{partial}: {units} units never finished")
+
+
+# -- 1. exclusive run directories ------------------------------------------------------------
+def test_two_runs_with_the_default_out_started_together_get_their_own_directories(cohort, tmp_path):
+    config = write_config(tmp_path / "exp.toml", pain_config(cohort).model_copy(update={"methods": ["FP(N)"]}))
+    procs = [cli("run", str(config), "--set", f"seeds=[{seed}]", cwd=tmp_path) for seed in (5, 6)]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and not any(r.name.endswith(".partial") for r in runs)
+    seeds = sorted(json.loads((r / "run.json").read_text())["seeds"][0] for r in runs)
+    assert seeds == [5, 6]  # each directory holds its own run
+    for run in runs:
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert {r["seed"] for r in records} == set(json.loads((run / "run.json").read_text())["seeds"])
+    assert all("Report:" in out for out, _ in outputs) and outputs[0][0] != outputs[1][0]
+
+
+def test_a_taken_default_name_gets_a_suffix_and_a_chosen_one_is_refused(tmp_path):
+    first = RunDirectory.create(tmp_path / "run", unique=True)
+    second = RunDirectory.create(tmp_path / "run", unique=True)
+    assert (first.partial.name, second.partial.name) == ("run.partial", "run-2.partial")
+    with pytest.raises(RunDirectoryExists, match=rf"another run is writing here \(process {os.getpid()} on "):
+        RunDirectory.create(tmp_path / "run")
+    first.release()
+    second.remove()
+
+
+def test_a_second_run_into_a_running_runs_directory_is_refused_and_deletes_nothing(cohort, tmp_path):
+    holder = RunDirectory.create(tmp_path / "run")
+    (holder.partial / "metrics.jsonl").write_text('{"type": "round"}\n')
+    config = write_config(tmp_path / "exp.toml", pain_config(cohort))
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "another run is writing here (process" in result.output
+    assert (holder.partial / "metrics.jsonl").read_text() == '{"type": "round"}\n'
+    holder.release()
+    # an interrupted run's directory is not taken over either: it says how to resume it
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "fedcare resume" in result.output and holder.partial.is_dir()
+
+
+# -- 2. a failure after training keeps the records --------------------------------------------
+def test_a_full_disk_while_writing_the_report_keeps_every_record(cohort, reference, tmp_path, monkeypatch):
+    def full(run_dir):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(run_dir) / "report.html"))
+
+    monkeypatch.setattr(run_module, "build_report", full)
+    config = write_config(tmp_path / "exp.toml", pain_config(cohort))
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    partial = tmp_path / "run.partial"
+    assert result.exit_code == 2 and "No space left on device" in result.output
+    assert f"kept {partial}" in result.output and "Traceback" not in result.output
+    assert (partial / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
+    monkeypatch.undo()
+    assert resume_study(partial) == tmp_path / "run"  # nothing left to train: the report is written
+    assert (tmp_path / "run" / "report.html").is_file()
+
+
+# -- 3 and 4. resume; SIGKILL, SIGTERM, Ctrl-C ------------------------------------------------
+@pytest.mark.timeout(600)
+def test_a_sigkilled_run_resumes_to_byte_identical_records(cohort, reference, tmp_path):
+    config = write_config(tmp_path / "exp.toml", pain_config(cohort))
+    out = tmp_path / "run"
+    proc = cli("run", str(config), "--out", str(out))
+    wait_for_units(tmp_path / "run.partial", 5, proc)  # seed 5's pretraining and a few sessions
+    proc.kill()
+    proc.wait(30)
+    partial = tmp_path / "run.partial"
+    kept = json.loads((partial / "run.json").read_text())
+    assert kept["status"] == "running" and 5 <= kept["progress"]["units_done"] < kept["progress"]["units_total"]
+    resumed = cli("resume", str(partial))
+    stdout, stderr = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, stderr
+    assert (out / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
+    assert json.loads((out / "run.json").read_text())["status"] == "finished"
+    assert "| FP(N) |" in stdout and not partial.exists()
+    assert "resumed pain run" in (out / "run.log").read_text()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGTERM, 143, "stopped (SIGTERM)"),
+                                            (signal.SIGINT, 130, "interrupted (Ctrl-C)")])
+def test_sigterm_and_ctrl_c_keep_the_finished_work_and_say_how_to_resume(cohort, tmp_path, sig, code, said):
+    config = write_config(tmp_path / "exp.toml", pain_config(cohort))
+    proc = cli("run", str(config), "--out", str(tmp_path / "run"))
+    partial = tmp_path / "run.partial"
+    wait_for_units(partial, 2, proc)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    assert said in stderr and f"continue with: fedcare resume {partial}" in stderr and "Traceback" not in stderr
+    info = json.loads((partial / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["progress"]["units_done"] >= 2
+    assert (partial / CHECKPOINT_FILE).is_file()
+
+
+def test_a_federated_study_resumes_from_its_round_checkpoint(tmp_path, monkeypatch):
+    """FedHealth 2: stopped in the middle of a method's rounds (Ctrl-C), resumed in process."""
+    from fedcare.runtime.federation import Federation
+    from fedcare.studies.fedhealth2.config import FedHealth2Experiment
+
+    config = FedHealth2Experiment.model_validate({
+        "study": "fedhealth2", "seeds": [1], "methods": ["fedbn", "fedap", "f-fedap"],
+        "data": {"dataset": "pamap2", "synthetic": {"subjects": 3, "seconds_per_activity": 6.0}},
+        "protocol": {"clients": 4, "dirichlet_alpha": 1.0}, "train": {"rounds": 3, "pretrain_epochs": 1},
+        "options": {"ffedap_warmup_rounds": 1}, "runtime": {"threads": 1},
+    })
+    reference = run_study(config, tmp_path / "reference")
+    real_round, calls = Federation.run_round, []
+
+    def stop_at_the_sixth_round(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:  # fedap's round 2 (after fedbn's 3 rounds and fedap's first)
+            raise KeyboardInterrupt
+        return real_round(self, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "run_round", stop_at_the_sixth_round)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        run_study(config, tmp_path / "run")
+    # the pretraining, fedbn's 3 rounds and fedap's first: 5 of 10 units
+    assert run_module.stop_note(stopped.value).startswith(f"kept {tmp_path / 'run.partial'} (5 of 10 units finished)")
+    monkeypatch.undo()
+    resume_study(tmp_path / "run.partial")
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
+
+
+def test_resume_refuses_a_running_or_finished_run(cohort, reference, tmp_path):
+    result = CliRunner().invoke(app, ["resume", str(reference)])
+    assert result.exit_code == 2 and "this run finished" in result.output
+    holder = RunDirectory.create(tmp_path / "busy")
+    result = CliRunner().invoke(app, ["resume", str(holder.partial)])
+    assert result.exit_code == 2 and "another run is writing here" in result.output
+    holder.remove()
+    assert CliRunner().invoke(app, ["resume", str(tmp_path / "nowhere")]).exit_code == 2
+
+
+# -- 5. the report of an interrupted run ---------------------------------------------------------
+def test_the_report_of_an_interrupted_run_says_incomplete_and_keeps_the_synthetic_banner(tmp_path, monkeypatch):
+    from fedcare.runtime.federation import Federation
+
+    config = load_config(Path(__file__).parents[1] / "configs" / "pain" / "demo.toml", [
+        "seeds=[1]", "methods=['FP(N)']", "data.synthetic.frame_scale=0.02", "data.synthetic.subjects=[42,43,80]",
+        "protocol.subjects=[43,80]", "protocol.pretrain_subjects=[42]", "protocol.image_size=16",
+        "protocol.last_session=3", "train.max_rounds=1"])
+    calls = []
+    real = Federation.train_phase
+
+    def stop_in_session_2(self, phase, *args, **kwargs):
+        calls.append(phase)
+        if phase == "session-2":
+            raise KeyboardInterrupt
+        return real(self, phase, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "train_phase", stop_in_session_2)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(config, tmp_path / "run")
+    partial = tmp_path / "run.partial"
+    page = build_report(partial).read_text()
+    assert "INCOMPLETE: 1 of 3 units" in page and "SYNTHETIC DATA" in page
+    assert json.loads((partial / "run.json").read_text())["synthetic"] is True
+
+
+# -- 6 and 7. config ranges -------------------------------------------------------------------
+@pytest.mark.parametrize("protocol, message", [
+    ("subjects = [42, 43]\npretrain_subjects = [42]", r"protocol.subjects: \[42\] are also pretraining subjects"),
+    ("last_session = 0", "protocol.last_session: Input should be greater than or equal to 1"),
+    ("last_session = -1", "protocol.last_session: Input should be greater than or equal to 1"),
+    ("subjects = []", "protocol.subjects: List should have at least 1 item"),
+    ("subjects = [43, 43]", r"protocol.subjects: .*listed twice: \[43\]"),
+])
+def test_config_ranges_are_checked_before_anything_runs(tmp_path, protocol, message):
+    (tmp_path / "exp.toml").write_text(f'methods = ["F(C)"]\n[data]\nroot = "unbc"\n[protocol]\n{protocol}\n')
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / "exp.toml")
+
+
+def test_overlap_can_be_allowed_and_the_report_warns(cohort, tmp_path):
+    config = pain_config(cohort, subjects=[42, 43], allow_overlap=True).model_copy(
+        update={"seeds": [5], "methods": ["F(C)"]})
+    run = run_study(config, tmp_path / "run")
+    assert "WARNING: subjects [42] are both pretraining and test subjects" in (run / "report.html").read_text()
+
+
+# -- 8 to 10. one line for bad input, never a traceback -----------------------------------
+def _fails_cleanly(result, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.output.replace("\n", " ")
+
+
+def test_bad_input_is_one_line_naming_the_file_or_key(cohort, tmp_path, monkeypatch):
+    runner = CliRunner()
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(bytes(range(256)))
+    _fails_cleanly(runner.invoke(app, ["run", str(binary)]), str(binary), "not a text file")
+    _fails_cleanly(runner.invoke(app, ["run", str(tmp_path)]), str(tmp_path), "is a directory")
+    both = tmp_path / "both.toml"
+    both.write_text('methods = ["F(N)"]\n[data]\nroot = "x"\n[data.synthetic]\nseed = 1\n')
+    _fails_cleanly(runner.invoke(app, ["run", str(both)]), "exactly one of data.root (a copy of the dataset) or [data.synthetic]")
+    fh2 = tmp_path / "fh2.toml"
+    fh2.write_text('study = "fedhealth2"\nmethods = ["fedbn"]\n[data]\ndataset = "pamap2"\n[data.synthetic]\n'
+                   'subjects = 2\nseconds_per_activity = 5.0\n[protocol]\nclients = 500\n')
+    _fails_cleanly(runner.invoke(app, ["run", str(fh2), "--out", str(tmp_path / "fh2")]), "protocol.clients = 500")
+    config = write_config(tmp_path / "exp.toml", pain_config(cohort))
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", kwargs.get("dir") or args[0])
+
+    monkeypatch.setattr("tempfile.mkdtemp", read_only)
+    _fails_cleanly(runner.invoke(app, ["run", str(config), "--out", str(tmp_path / "ro" / "run")]),
+                   str(tmp_path / "ro" / "run"), "Read-only file system")
+    _fails_cleanly(runner.invoke(app, ["data", "synth", "pain", str(tmp_path / "ro" / "cohort"), "--subjects", "43"]),
+                   str(tmp_path / "ro" / "cohort"), "Read-only file system")
+
+
+def test_a_subject_without_frames_is_named_with_its_folder(cohort, tmp_path):
+    import shutil
+
+    root = tmp_path / "unbc"
+    shutil.copytree(cohort, root)
+    for image in (root / "Images").glob("080-*/*/*.png"):
+        image.unlink()
+    config = write_config(tmp_path / "exp.toml", pain_config(root))
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    folder = next((root / "Images").glob("080-*"))
+    _fails_cleanly(result, f"subject 80 has no frames in {folder}")
+
+
+# -- 11. strict JSON ---------------------------------------------------------------------------
+def test_metrics_jsonl_is_strict_json_with_null_for_nan(reference):
+    def refuse(constant):
+        raise ValueError(f"bare {constant} in metrics.jsonl")
+
+    records = [json.loads(line, parse_constant=refuse) for line in (reference / "metrics.jsonl").read_text().splitlines()]
+    # PR-AUC is undefined on a session without pain frames: null, read back as NaN by the reports
+    assert any(r.get("pr_auc", 0) is None for r in records if r["type"] == "client_eval")
+    assert not any(isinstance(v, float) and math.isnan(v) for r in records for v in r.values())
+
+
+# -- 12. progress when output is not a terminal ---------------------------------------------------
+def test_progress_is_printed_as_plain_lines_when_stderr_is_not_a_terminal(cohort, tmp_path):
+    from fedcare.progress import PlainProgress
+
+    config = write_config(tmp_path / "exp.toml", pain_config(cohort).model_copy(update={"seeds": [5]}))
+    proc = cli("run", str(config), "--out", str(tmp_path / "run"))
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("[")]
+    assert lines and lines[-1].startswith("[7/7] 100% seed 5:") and any("ETA" in line for line in lines)
+    assert "finished" in (tmp_path / "run" / "run.log").read_text()
+    # the ETA: 2 of 10 units in 20 s -> 80 s to go
+    clock = iter([0.0, 10.0, 20.0])
+    lines = []
+    plain = PlainProgress(stream=type("S", (), {"write": lambda self, s: lines.append(s), "flush": lambda self: None})(),
+                          clock=lambda: next(clock))
+    plain("seed 1: A session 1", 1, 10)
+    plain("seed 1: A session 2", 2, 10)
+    assert "ETA 0m10s" not in "".join(lines) and "[2/10]  20% seed 1: A session 2 (elapsed 0m10s, ETA 1m20s)" in "".join(lines)
+
+
+# -- 13. permissions -----------------------------------------------------------------------------
+def test_outputs_follow_the_umask_and_private_state_is_0600(reference, tmp_path):
+    from fedcare.files import umask
+    from fedcare.runtime.flower.certs import make_site_key
+
+    public = 0o666 & ~umask()
+    for name in ["report.html", "tables/summary.csv", "plots/val_loss.png", "metrics.jsonl", "run.json", "config.toml"]:
+        assert (reference / name).stat().st_mode & 0o777 == public, name
+    private, _ = make_site_key(tmp_path, "hospital-a")
+    assert private.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_sites_state_file_is_private_from_creation(tmp_path):
+    import torch
+
+    from fedcare.runtime.flower.site import SiteNode
+
+    node = SiteNode.__new__(SiteNode)
+    node.runner, node.namespace, node.algorithm_name = None, None, ""
+    node.save(tmp_path / "state" / "client.pt")
+    assert (tmp_path / "state" / "client.pt").stat().st_mode & 0o777 == 0o600
+    assert torch.load(tmp_path / "state" / "client.pt", weights_only=True)["meta"] == {}
+
+
+# -- 14. a killed generator's temp folder ------------------------------------------------------------
+def test_a_sigkilled_generators_temp_folder_is_removed_by_the_next_one(tmp_path):
+    code = ("import os, sys\nfrom fedcare.data.synthetic import output\n"
+            "with output.atomic_directory(__import__('pathlib').Path(sys.argv[1])) as tmp:\n"
+            "    (tmp / 'big').write_bytes(b'x' * 1000)\n    os.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "cohort")])
+    left = list(tmp_path.glob(".cohort.*.tmp"))
+    assert len(left) == 1 and (left[0] / "big").is_file()
+    result = CliRunner().invoke(app, ["data", "synth", "pain", str(tmp_path / "cohort"), "--subjects", "43",
+                                      "--frame-scale", "0.02"])
+    assert result.exit_code == 0, result.output
+    assert not list(tmp_path.glob(".cohort.*")) and (tmp_path / "cohort" / "Images").is_dir()
+
+
+# -- also: data summary unbc --strict -----------------------------------------------------------------
+def test_summary_strict_fails_where_a_run_would_refuse_the_copy(cohort, tmp_path):
+    import shutil
+
+    assert CliRunner().invoke(app, ["data", "summary", "unbc", str(cohort), "--strict", "--no-check-images"]).exit_code == 0
+    root = tmp_path / "unbc"
+    shutil.copytree(cohort, root)
+    next(root.glob("Images/043-*/*/*.png")).unlink()
+    result = CliRunner().invoke(app, ["data", "summary", "unbc", str(root), "--strict", "--no-check-images"])
+    assert result.exit_code == 1 and "problem(s) that a run refuses (label_without_image)" in result.output
+    assert CliRunner().invoke(app, ["data", "summary", "unbc", str(root), "--no-check-images"]).exit_code == 0
