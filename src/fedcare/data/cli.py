@@ -42,11 +42,19 @@ def _fail(message: str) -> None:
 
 @contextmanager
 def _progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr (stdout stays clean for --json), fed by progress(done, total).
-    It appears on the first update only, so an early error prints nothing but the error."""
+    """Progress on stderr (stdout stays clean for --json), fed by progress(done, total): a rich
+    bar on a terminal, plain lines with an ETA otherwise. It appears on the first update only,
+    so an early error prints nothing but the error."""
+    console = _stderr()
+    if not console.is_terminal:
+        from fedcare.progress import PlainProgress
+
+        plain = PlainProgress(console.file)
+        yield lambda done, total: plain(description, done, total)
+        return
     progress = Progress(
         TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=_stderr(), transient=True,
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
     )
     task: list[Any] = []
 
