@@ -78,6 +78,7 @@ __all__ = [
     "normalize",
     "positive_weights",
     "prevalence",
+    "summarize",
     "thesis_clients",
     "white_frames",
 ]
@@ -141,6 +142,7 @@ class SurgicalClients:
     seed: int
     cholec80_split: str
     synthetic: bool  # any of the copies is a fedcare synthetic copy
+    heichole_test: int = HEICHOLE_TEST_VIDEOS  # test videos drawn per HeiChole centre
     # videos that loaded but belong to no client (unknown HeiChole centre, Cholec80 number
     # outside the split)
     unassigned: list[SurgicalVideo] = field(default_factory=list)
@@ -183,6 +185,7 @@ class SurgicalClients:
         """JSON-ready: per client and split the videos, frame counts and tool prevalence."""
         return {
             "seed": self.seed,
+            "heichole_test": self.heichole_test,
             "cholec80_split": self.cholec80_split,
             "synthetic": self.synthetic,
             "tools": list(TOOLS),
@@ -246,6 +249,12 @@ def thesis_clients(
         for client in ("HEI1", "HEI2"):
             centre = CLIENT_SOURCES[client][1]
             own = hds.by_centre(centre)
+            if not own:
+                continue  # no video of this centre: no client
+            if len(own) <= heichole_test:
+                raise SurgicalLayoutError(
+                    f"{hds.root}: {centre} ({client}) has {len(own)} videos; {heichole_test} test videos and at "
+                    f"least one training video are needed")
             test = set(test_videos([v.number for v in own], centre, n_test=heichole_test, seed=seed))
             videos[client] = {"train": [v for v in own if v.number not in test],
                               "test": [v for v in own if v.number in test]}
@@ -263,4 +272,41 @@ def thesis_clients(
         unassigned += [v for v in cds.videos if split_of(v.number, cholec80_split) is None]
     ordered = {c: videos[c] for c in CLIENTS if c in videos}
     return SurgicalClients(videos=ordered, cache=cache, seed=seed, cholec80_split=cholec80_split,
-                           synthetic=synthetic, unassigned=unassigned, problems=problems)
+                           synthetic=synthetic, heichole_test=heichole_test, unassigned=unassigned, problems=problems)
+
+
+def summarize(dataset: Cholec80Dataset | HeiCholeDataset, clients: SurgicalClients) -> dict:
+    """JSON-ready overview of a loaded copy: videos (client, split, fps, frames, border,
+    white frames), frames at 1 fps, border classes, tool prevalence per client and split,
+    cache statistics and every problem (what ``fedcare data summary cholec80|heichole`` prints)."""
+    name = "cholec80" if isinstance(dataset, Cholec80Dataset) else "heichole"
+    where: dict[str, tuple[str, str]] = {}
+    for client, splits in clients.videos.items():
+        for split, vids in splits.items():
+            for v in vids:
+                where[v.id] = (client, split)
+    per_video = []
+    for v in dataset.videos:
+        client, split = where.get(v.id, (None, None))
+        per_video.append({**v.summary(), "client": client, "split": split})
+    kinds = {p.kind for p in dataset.problems}
+    counts = {k: sum(p.kind == k for p in dataset.problems) for k in sorted(kinds)}
+    borders = {b: sum(v.border == b for v in dataset.videos) for b in BORDER_CLASSES}
+    return {
+        "dataset": name,
+        "root": str(dataset.root),
+        "synthetic": dataset.synthetic,
+        "videos": len(dataset.videos),
+        "frames": int(sum(v.frames_count for v in dataset.videos)),
+        "white_frames_dropped": int(sum(v.white_dropped for v in dataset.videos)),
+        "border_thresholds": {"intermediate": dataset.thresholds.intermediate, "large": dataset.thresholds.large},
+        "border_classes": borders,
+        "tools": list(TOOLS),
+        "split": clients.cholec80_split if name == "cholec80" else {"seed": clients.seed,
+                                                                    "test_videos_per_centre": clients.heichole_test},
+        "clients": clients.summary()["clients"],
+        "per_video": per_video,
+        "cache": clients.cache.stats().as_dict(),
+        "problem_counts": counts,
+        "problems": [p.as_dict() for p in dataset.problems],
+    }
