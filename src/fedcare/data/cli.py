@@ -393,12 +393,13 @@ def synth_surgical(
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same annotation files "
                                            "(and, with the same OpenCV build, the same mp4 bytes).")] = 0,
     videos: Annotated[int, typer.Option(
-        help="Cholec80 videos of CHO1 and of CHO3 (CHO2 gets twice as many: quantity skew); 1..16.")] = 4,
+        help="Cholec80 videos of CHO1 and of CHO3 (CHO2 gets twice as many: quantity skew); 2..16.")] = 4,
     heichole_videos: Annotated[int, typer.Option(
         help="HeiChole videos per centre (HEI1 Heidelberg, HEI2 Salem), 3 of them test videos; 4..12.")] = 6,
     seconds: Annotated[int, typer.Option(help="Mean length of a Cholec80 video in seconds (each client's span 0.8-1.2x).")] = 30,
     heichole_seconds: Annotated[Optional[int], typer.Option(
-        help="Mean length of a HeiChole video in seconds (default: 0.6 x --seconds, so HeiChole clients hold less data).",
+        help="Mean length of a HeiChole video in seconds (default: each HeiChole client gets about 3/4 of CHO1's "
+             "frames, as HeiChole clients hold less data in the thesis).",
         show_default=False)] = None,
     width: Annotated[int, typer.Option(help="Frame width of the mp4 files in pixels (even).")] = 240,
     height: Annotated[int, typer.Option(help="Frame height of the mp4 files in pixels (even; mp4v drops an odd row).")] = 136,

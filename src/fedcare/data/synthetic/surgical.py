@@ -47,7 +47,7 @@ The clients (the thesis's heterogeneity)
   about twice the frames (quantity skew). Video numbers follow the thesis split (1-60 train,
   61-80 test); about a quarter of each class is test.
 * **HEI1** (Heidelberg, Hei-Chole1..): brighter, warmer, intermediate border (4-6%);
-  **label skew**: Coagulation Instrument at 0.4x the rate, the rare tools (clipper,
+  **label skew**: Coagulation Instrument at 0.35x the rate, the rare tools (clipper,
   scissors, suction, bag) twice as often (capped at 95%).
 * **HEI2** (Salem, Hei-Chole13..): brighter, yellower, no border, an **information bar**
   (black strip with a white clock and icon) at the bottom; **its test set has no
@@ -55,8 +55,10 @@ The clients (the thesis's heterogeneity)
   ``split_seed``, as ``thesis_clients(seed=split_seed)`` will; with another seed the gap is
   not guaranteed). One HEI2 training video holds the only stapler.
 * HeiChole videos start with 1-2 s of white (censored) frames and often have another white
-  stretch; they are shorter (``heichole_seconds``, default 0.6 x ``seconds``), so the
-  HeiChole clients hold less data than the Cholec80 ones, as in the thesis.
+  stretch; they are shorter (``heichole_seconds``, default ``default_heichole_seconds``:
+  each HeiChole client gets about 3/4 of CHO1's frames), so the HeiChole clients hold less
+  data than the Cholec80 ones, as in the thesis (not guaranteed for tiny videos, which are
+  at least 8 s long).
 * Every client's train and test split shows every tool at least once (except HEI2's test
   Suction-Irrigation), so positive weights are finite.
 
@@ -88,7 +90,7 @@ from fedcare.data.heichole import test_videos
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 from fedcare.data.video import decoder_id
 
-__all__ = ["GENERATOR", "PHASES", "generate_surgical", "plan_videos"]
+__all__ = ["GENERATOR", "PHASES", "default_heichole_seconds", "generate_surgical", "plan_videos"]
 
 GENERATOR = "fedcare.data.synthetic.surgical"
 NOTE = "SYNTHETIC data, not Cholec80 / HeiChole: no patient, no surgery"
@@ -124,7 +126,7 @@ PROFILES = {
     "Salem": ((1.10, 1.04, 0.86), 0.85, 1.20),
 }
 HEI1_RARE_FACTOR = 2.0
-HEI1_COAG_FACTOR = 0.4
+HEI1_COAG_FACTOR = 0.35
 HEICHOLE_FIFTY_FPS = frozenset({16, 17, 18, 19, 20, 23, 24})  # as in the real HeiChole
 HEIDELBERG_FIRST, SALEM_FIRST = 1, 13
 CHOLEC_TEST_SHARE = 0.25
@@ -176,11 +178,18 @@ def _lengths(n: int, seconds: int, rng: np.random.Generator) -> list[int]:
     return [max(8, int(v)) for v in rng.permutation(base)]
 
 
+def default_heichole_seconds(videos: int, heichole_videos: int, seconds: int) -> int:
+    """Mean HeiChole video length such that each HeiChole client holds about 3/4 of CHO1's
+    labelled frames (the thesis: HeiChole clients hold less data than the Cholec80 ones);
+    2.5 s are added for the censored frames the loader drops. At least 8 s."""
+    return max(8, int(round(0.75 * videos * seconds / heichole_videos + 2.5)))
+
+
 def plan_videos(*, seed: int = 0, videos: int = 4, heichole_videos: int = 6, seconds: int = 30,
                 heichole_seconds: int | None = None, split_seed: int = 0) -> list[VideoPlan]:
     """What ``generate_surgical`` will write (numbers, clients, lengths, borders, timelines)."""
     rng = np.random.default_rng([seed, 0, 0])
-    hs = heichole_seconds if heichole_seconds is not None else max(8, int(round(0.6 * seconds)))
+    hs = heichole_seconds if heichole_seconds is not None else default_heichole_seconds(videos, heichole_videos, seconds)
     plans: list[VideoPlan] = []
     # ---- Cholec80: CHO1 n, CHO2 2n, CHO3 n videos; numbers follow the thesis split
     classes = {"CHO1": videos, "CHO2": 2 * videos, "CHO3": videos}
@@ -189,7 +198,7 @@ def plan_videos(*, seed: int = 0, videos: int = 4, heichole_videos: int = 6, sec
     lengths: dict[str, list[int]] = {}
     for client, n in classes.items():
         lengths[client] = _lengths(n, seconds, rng)
-        n_test = max(1, int(round(CHOLEC_TEST_SHARE * n)))
+        n_test = min(n - 1, max(1, int(round(CHOLEC_TEST_SHARE * n))))
         test_slots += [(client, k) for k in range(n_test)]
         train_slots += [(client, k) for k in range(n_test, n)]
     if len(train_slots) > 60 or len(test_slots) > 20:
@@ -299,9 +308,10 @@ def _simulate(plan: VideoPlan, seed: int) -> None:
     for s in range(1, plan.seconds):  # one coagulation instrument per episode
         if presence[s, COAG] and presence[s - 1, COAG]:
             kinds[s] = kinds[s - 1]
-    if plan.stapler:
-        clip = np.flatnonzero(phases == PHASES.index("ClippingCutting"))
-        start = int(clip[0]) if clip.size else plan.seconds // 2
+    if plan.stapler:  # 2 s in the clipping phase, where the picture is not censored
+        free = [s for s in range(plan.seconds - 1) if not _censored(plan, s) and not _censored(plan, s + 1)]
+        clip = [s for s in free if phases[s] == PHASES.index("ClippingCutting")]
+        start = (clip or free or [0])[0]
         plan.stapler_run = (start, min(plan.seconds, start + 2))
 
 
@@ -812,10 +822,11 @@ def generate_surgical(
     docstring) and return a summary {"root", "cholec80", "heichole", "videos", "frames",
     "clients": {client: {split: {"videos", "frames", "tool_frames"}}}, "seconds_taken"}.
 
-    videos: Cholec80 videos of CHO1 and of CHO3 (CHO2 gets twice as many); heichole_videos:
+    videos: Cholec80 videos of CHO1 and of CHO3, 2..16 (CHO2 gets twice as many); heichole_videos:
     videos per HeiChole centre (4..12; 3 of them are test videos); seconds: mean Cholec80
     video length (each client's videos span 0.8-1.2x); heichole_seconds: mean HeiChole
-    length (default 0.6 x seconds); width, height: even frame size of the mp4 files;
+    length (default: ``default_heichole_seconds``, about 3/4 of CHO1's frames per HeiChole
+    client); width, height: even frame size of the mp4 files;
     split_seed: the seed ``thesis_clients`` will draw the HeiChole test videos with (HEI2's
     test set is generated without Suction-Irrigation); workers: videos written in parallel
     (default 2). Written into a temporary sibling and renamed: nothing half-written.
@@ -824,7 +835,7 @@ def generate_surgical(
     import time
 
     seed = _check_int("seed", seed, 0)
-    videos = _check_int("videos", videos, 1, 16)
+    videos = _check_int("videos", videos, 2, 16)
     heichole_videos = _check_int("heichole_videos", heichole_videos, 4, 12)
     seconds = _check_int("seconds", seconds, 8, 3600)
     if heichole_seconds is not None:
