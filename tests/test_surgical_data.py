@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import defaultdict
 from pathlib import Path
 
 import cv2
@@ -16,9 +15,11 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 from fedcare.data import video as video_module
-from fedcare.data.cholec80 import load_cholec80, map_tools as cholec_map, read_tool_annotation, split_of
+from fedcare.data.cholec80 import load_cholec80, read_tool_annotation, split_of
+from fedcare.data.cholec80 import map_tools as cholec_map
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
-from fedcare.data.heichole import load_heichole, map_tools as heichole_map, read_instrument_annotation, test_videos
+from fedcare.data.heichole import load_heichole, read_instrument_annotation, test_videos
+from fedcare.data.heichole import map_tools as heichole_map
 from fedcare.data.surgical import (
     CLIENTS,
     IMAGENET_MEAN,
@@ -39,8 +40,8 @@ from fedcare.data.surgical import (
 )
 from fedcare.data.synthetic.surgical import generate_surgical, plan_videos
 
-SMALL = dict(seed=3, videos=2, heichole_videos=4, seconds=16)
-TINY = dict(seed=5, videos=2, heichole_videos=4, seconds=8, width=128, height=72)
+SMALL = {"seed": 3, "videos": 2, "heichole_videos": 4, "seconds": 16}
+TINY = {"seed": 5, "videos": 2, "heichole_videos": 4, "seconds": 8, "width": 128, "height": 72}
 RARE = [TOOLS.index(t) for t in ("Clipper", "Scissors", "Suction-Irrigation", "Specimen Bag")]
 
 

@@ -296,7 +296,7 @@ def load_heichole(
         cached = cache.get(item.video)
         info = cached.info
         rows = categories.shape[0]
-        allowed = int(round(tolerance_s * info.native_fps))
+        allowed = round(tolerance_s * info.native_fps)
         if abs(rows - info.frame_count) > allowed:
             raise VideoProblem(
                 "frame_count_mismatch", item.annotation,

@@ -1,7 +1,7 @@
 """The five clients of the Markert thesis (surgical tool presence), built from a Cholec80 copy
 and a HeiChole copy: the one entry point of the data layer for the surgical study.
 
-    from fedcare.data.surgical import FrameCache, thesis_clients, TOOLS
+    from fedcare.data.surgical import TOOLS, FrameCache, normalize, thesis_clients
 
     clients = thesis_clients("data/cholec80", "data/heichole", cache=FrameCache(), seed=0)
     for name in clients.names:                             # HEI1 HEI2 CHO1 CHO2 CHO3
@@ -53,7 +53,12 @@ from fedcare.data.surgical_common import (
     modal_border,
     white_frames,
 )
-from fedcare.data.video import CacheStats, FrameCache, VideoDecodeError, default_cache_dir
+from fedcare.data.video import (
+    CacheStats,
+    FrameCache,
+    VideoDecodeError,
+    default_cache_dir,
+)
 
 __all__ = [
     "BORDER_CLASSES",
@@ -114,7 +119,7 @@ def positive_weights(labels: np.ndarray) -> np.ndarray:
     return np.where(pos > 0, neg / np.maximum(pos, 1.0), 1.0)
 
 
-def normalize(frames) -> "torch.Tensor":  # noqa: F821 - torch is imported lazily
+def normalize(frames) -> torch.Tensor:  # noqa: F821 - torch is imported lazily
     """uint8 RGB frames (n, H, W, 3) (numpy or torch) -> float32 (n, 3, H, W) in ImageNet
     normalization: (x / 255 - mean) / std. A single frame (H, W, 3) gives (3, H, W)."""
     import torch

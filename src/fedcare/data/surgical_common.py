@@ -135,7 +135,7 @@ class SurgicalVideo:
 
     @property
     def frames_count(self) -> int:
-        return int(len(self.seconds))
+        return len(self.seconds)
 
     def frames(self, cache) -> np.ndarray:
         """(n, H, W, 3) uint8 RGB frames matching ``labels``, read from `cache` (a FrameCache
@@ -252,7 +252,7 @@ def run_tasks(items: list, task, *, workers: int | None, progress) -> list:
             path = getattr(item, "video", None) or Path(str(e).split(": ", 1)[0])
             detail = str(e)
             prefix = f"{path}: "
-            return None, SurgicalProblem("unreadable_video", Path(path), detail[len(prefix):] if detail.startswith(prefix) else detail)
+            return None, SurgicalProblem("unreadable_video", Path(path), detail.removeprefix(prefix))
 
     total = len(items)
     if progress:

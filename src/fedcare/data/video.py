@@ -47,6 +47,7 @@ container declares (more than 2% and more than 1 s short) raises ``VideoDecodeEr
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -159,19 +160,34 @@ def decoder_id() -> dict:
     return dict(_DECODER)
 
 
+_QUIET_LOCK = threading.Lock()
+_quiet_users = 0
+_quiet_previous: int | None = None
+
+
 @contextmanager
 def _quiet() -> Iterator[None]:
+    """Silence OpenCV's and FFmpeg's console messages while decoding (we report problems
+    ourselves). Reference-counted: threads decoding at the same time restore the log level
+    once, when the last one is done."""
+    global _quiet_users, _quiet_previous
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # read by OpenCV at every open
     logging = getattr(getattr(cv2, "utils", None), "logging", None)
     if logging is None:  # pragma: no cover
         yield
         return
-    previous = logging.getLogLevel()
-    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
+    with _QUIET_LOCK:
+        if _quiet_users == 0:
+            _quiet_previous = logging.getLogLevel()
+            logging.setLogLevel(logging.LOG_LEVEL_SILENT)
+        _quiet_users += 1
     try:
         yield
     finally:
-        logging.setLogLevel(previous)
+        with _QUIET_LOCK:
+            _quiet_users -= 1
+            if _quiet_users == 0 and _quiet_previous is not None:
+                logging.setLogLevel(_quiet_previous)
 
 
 def _check_size(size: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -189,7 +205,7 @@ def _check_size(size: tuple[int, int] | None) -> tuple[int, int] | None:
 def _sampling(fps: float | None, indices: Sequence[int] | None) -> dict:
     if indices is not None:
         idx = [int(i) for i in indices]
-        if any(i < 0 for i in idx) or any(b <= a for a, b in zip(idx, idx[1:])):
+        if any(i < 0 for i in idx) or any(b <= a for a, b in itertools.pairwise(idx)):
             raise ValueError("indices must be non-negative and strictly increasing")
         return {"indices": hashlib.sha256(np.asarray(idx, np.int64).tobytes()).hexdigest(), "count": len(idx)}
     if fps is None or not (fps > 0):
@@ -232,7 +248,7 @@ def decode_video(
                 wanted = {int(i) for i in indices}
                 last = max(wanted) if wanted else -1
             else:
-                step = max(1, int(round(native_fps / float(fps))))
+                step = max(1, round(native_fps / float(fps)))
             taken: list[int] = []
             source_size = (0, 0)
             i = 0

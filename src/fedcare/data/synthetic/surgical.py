@@ -74,6 +74,7 @@ compare annotation files and decoded frames only approximately. Frame sizes must
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -182,7 +183,7 @@ def default_heichole_seconds(videos: int, heichole_videos: int, seconds: int) ->
     """Mean HeiChole video length such that each HeiChole client holds about 3/4 of CHO1's
     labelled frames (the thesis: HeiChole clients hold less data than the Cholec80 ones);
     2.5 s are added for the censored frames the loader drops. At least 8 s."""
-    return max(8, int(round(0.75 * videos * seconds / heichole_videos + 2.5)))
+    return max(8, round(0.75 * videos * seconds / heichole_videos + 2.5))
 
 
 def plan_videos(*, seed: int = 0, videos: int = 4, heichole_videos: int = 6, seconds: int = 30,
@@ -198,7 +199,7 @@ def plan_videos(*, seed: int = 0, videos: int = 4, heichole_videos: int = 6, sec
     lengths: dict[str, list[int]] = {}
     for client, n in classes.items():
         lengths[client] = _lengths(n, seconds, rng)
-        n_test = min(n - 1, max(1, int(round(CHOLEC_TEST_SHARE * n))))
+        n_test = min(n - 1, max(1, round(CHOLEC_TEST_SHARE * n)))
         test_slots += [(client, k) for k in range(n_test)]
         train_slots += [(client, k) for k in range(n_test, n)]
     if len(train_slots) > 60 or len(test_slots) > 20:
@@ -284,7 +285,7 @@ def _simulate(plan: VideoPlan, seed: int) -> None:
     phases = _phase_timeline(plan.seconds, rng)
     presence = np.zeros((plan.seconds, N_TOOLS), bool)
     bounds = np.flatnonzero(np.diff(np.concatenate([[-1], phases, [-1]])))
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         length = int(b - a)
         for tool in range(N_TOOLS):
             f = plan.rates[phases[a], tool]
@@ -293,7 +294,7 @@ def _simulate(plan: VideoPlan, seed: int) -> None:
             k = int(np.clip(round(f * length + rng.normal(0, 0.5)), 0, length))
             if k == 0:
                 continue
-            episodes = max(1, min(k, int(round(k / EPISODE_SECONDS[tool]))))
+            episodes = max(1, min(k, round(k / EPISODE_SECONDS[tool])))
             lengths = _partition(k - episodes, episodes, rng) + 1
             gaps = _partition(length - k, episodes + 1, rng)
             pos = a + int(gaps[0])
@@ -301,7 +302,7 @@ def _simulate(plan: VideoPlan, seed: int) -> None:
                 presence[pos:pos + int(run), tool] = True
                 pos += int(run) + int(gap)
     for start, end in plan.white:  # nothing is annotated while the picture is censored
-        presence[int(math.floor(start)):int(math.ceil(end))] = False
+        presence[math.floor(start):math.ceil(end)] = False
     plan.presence, plan.phases = presence, phases
     plan.coag_kind = (rng.random(plan.seconds) < 0.25).astype(np.int64)
     kinds = plan.coag_kind
@@ -371,7 +372,7 @@ class _Scene:
                 direction += rng.normal(0, 0.5)
                 pts.append(pts[-1] + 14 * s * np.array([math.cos(direction), math.sin(direction)]))
             cv2.polylines(vessels, [np.round(np.array(pts)).astype(np.int32)], False, 1.0,
-                          max(1, int(round(rng.uniform(1, 2.5) * s))), cv2.LINE_AA)
+                          max(1, round(rng.uniform(1, 2.5) * s)), cv2.LINE_AA)
         vessels = cv2.GaussianBlur(vessels, (0, 0), 1.0 * s)[..., None]
         tex = tex * (1 - 0.55 * vessels) + np.array([110, 20, 28], np.float32) * 0.55 * vessels
         gains, gamma, saturation = PROFILES[CLIENT_CENTRE[plan.client]]
@@ -513,11 +514,11 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _pt(p: np.ndarray) -> tuple[int, int]:
-    return int(round(p[0] * 16)), int(round(p[1] * 16))  # 4 fractional bits (cv2 shift=4)
+    return round(p[0] * 16), round(p[1] * 16)  # 4 fractional bits (cv2 shift=4)
 
 
 def _line(img, a, b, colour, thickness):
-    cv2.line(img, _pt(a), _pt(b), colour, max(1, int(round(thickness))), cv2.LINE_AA, 4)
+    cv2.line(img, _pt(a), _pt(b), colour, max(1, round(thickness)), cv2.LINE_AA, 4)
 
 
 def _shaft(img, port, joint, width_tip, colour, highlight):
@@ -554,7 +555,7 @@ def _draw_tool(img: np.ndarray, tool: int, ep: _Episode, t: float, s: float) -> 
         for sign in (1, -1):
             _line(img, joint + sign * n * 3 * s, tip + sign * n * 3 * s, (190, 190, 198), 2.4 * s)
         clip = np.array([tip - u * 5 * s + n * 2.5 * s, tip + n * 2.5 * s, tip - n * 2.5 * s, tip - u * 5 * s - n * 2.5 * s])
-        cv2.polylines(img, [np.round(clip * 16).astype(np.int32)], False, (235, 190, 50), max(1, int(round(2 * s))),
+        cv2.polylines(img, [np.round(clip * 16).astype(np.int32)], False, (235, 190, 50), max(1, round(2 * s)),
                       cv2.LINE_AA, 4)
     elif tool == COAG and ep.kind == 0:  # monopolar hook
         joint = tip - u * 9 * s
@@ -567,7 +568,7 @@ def _draw_tool(img: np.ndarray, tool: int, ep: _Episode, t: float, s: float) -> 
         _shaft(img, port, joint, 5 * s, (62, 72, 150), (120, 130, 200))
         for sign in (1, -1):
             _line(img, joint + sign * n * 1.6 * s, tip + sign * n * 2.4 * s, (205, 205, 215), 1.4 * s)
-            cv2.circle(img, _pt(tip + sign * n * 2.4 * s), max(1, int(round(1.2 * s))) * 16, (80, 110, 220), -1,
+            cv2.circle(img, _pt(tip + sign * n * 2.4 * s), max(1, round(1.2 * s)) * 16, (80, 110, 220), -1,
                        cv2.LINE_AA, 4)
     elif tool == SCISSORS:
         bl = 14 * s
@@ -579,12 +580,12 @@ def _draw_tool(img: np.ndarray, tool: int, ep: _Episode, t: float, s: float) -> 
             b = tip - sign * n * bl * math.sin(spread) * 0.5
             mid = (a + b) / 2 + sign * n * 1.5 * s
             cv2.polylines(img, [np.round(np.array([a, mid, b]) * 16).astype(np.int32)], False, (215, 215, 228),
-                          max(1, int(round(2.2 * s))), cv2.LINE_AA, 4)
+                          max(1, round(2.2 * s)), cv2.LINE_AA, 4)
     elif tool == SUCTION:
         _shaft(img, port, tip, 5 * s, (200, 202, 196), (245, 245, 240))
-        cv2.circle(img, _pt(tip), int(round(2.6 * s * 16)), (205, 207, 200), -1, cv2.LINE_AA, 4)
+        cv2.circle(img, _pt(tip), round(2.6 * s * 16), (205, 207, 200), -1, cv2.LINE_AA, 4)
         for k in (3.5, 6.5):
-            cv2.circle(img, _pt(tip - u * k * s), max(1, int(round(0.9 * s * 16))), (50, 50, 50), -1, cv2.LINE_AA, 4)
+            cv2.circle(img, _pt(tip - u * k * s), max(1, round(0.9 * s * 16)), (50, 50, 50), -1, cv2.LINE_AA, 4)
     elif tool == BAG:
         centre = tip
         angles = np.linspace(0, 2 * math.pi, 18, endpoint=False)
@@ -597,7 +598,7 @@ def _draw_tool(img: np.ndarray, tool: int, ep: _Episode, t: float, s: float) -> 
         poly = np.round(pts * 16).astype(np.int32)
         cv2.fillPoly(overlay, [poly], (226, 212, 190), cv2.LINE_AA, 4)
         cv2.addWeighted(overlay, 0.62, img, 0.38, 0, dst=img)
-        cv2.polylines(img, [poly], True, (175, 160, 140), max(1, int(round(1.0 * s))), cv2.LINE_AA, 4)
+        cv2.polylines(img, [poly], True, (175, 160, 140), max(1, round(1.0 * s)), cv2.LINE_AA, 4)
         _line(img, centre - np.array([rx, 0]) * 0.2, port, (200, 195, 170), 1.0 * s)
     elif tool == STAPLER:
         jl = 22 * s
@@ -639,12 +640,12 @@ def _segment_visible(a: np.ndarray, b: np.ndarray, rect: tuple[float, float, flo
 
 def _border_px(plan: VideoPlan, t: float, width: int) -> int:
     fraction = plan.border_alt if plan.alt_start <= t < plan.alt_end else plan.border
-    return int(round(fraction * width))
+    return round(fraction * width)
 
 
 def _info_bar(frame: np.ndarray, t: float, s: float) -> int:
     h, w = frame.shape[:2]
-    bar = max(6, int(round(0.075 * h)))
+    bar = max(6, round(0.075 * h))
     frame[h - bar:] = (8, 8, 8)
     clock = int(t) + 9 * 3600 + 41 * 60
     text = f"{clock // 3600:02d}:{clock // 60 % 60:02d}:{clock % 60:02d}"
@@ -661,8 +662,8 @@ def _render(plan: VideoPlan, path: Path, width: int, height: int, seed: int,
     rng = _rng(seed, plan, 2)
     scene = _Scene(plan, width, height, rng)
     s = scene.s
-    bar = max(6, int(round(0.075 * height))) if plan.info_bar else 0
-    widest = int(round(max(plan.border, plan.border_alt) * width))
+    bar = max(6, round(0.075 * height)) if plan.info_bar else 0
+    widest = round(max(plan.border, plan.border_alt) * width)
     active = (float(widest), 0.0, float(width - widest), float(height - bar))
     tracks: list[tuple[int, list[_Episode]]] = []
     for tool in range(N_TOOLS):
@@ -766,7 +767,7 @@ def _write_cholec80(root: Path, plan: VideoPlan, seen: np.ndarray) -> dict[str, 
     rows = ["Frame\tGrasper\tBipolar\tHook\tScissors\tClipper\tIrrigator\tSpecimenBag"]
     counts = np.zeros(N_TOOLS, np.int64)
     for sec in range(plan.seconds):
-        k = sec * 25 if plan.fps == 25 else int(round(sec * plan.fps))
+        k = sec * 25 if plan.fps == 25 else round(sec * plan.fps)
         v = tip[k]
         cols = [v[GRASPER], v[7], v[COAG], v[SCISSORS], v[CLIPPER], v[SUCTION], v[BAG]]
         rows.append("\t".join([str(25 * sec)] + [str(int(c)) for c in cols]))
