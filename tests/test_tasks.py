@@ -72,6 +72,9 @@ def test_multilabel_metrics_equal_scikit_learn():
     assert [m[f"recall/{n}"] for n in ("grasper", "clipper", "stapler")] == pytest.approx(list(r))
     assert m["macro_f1"] == pytest.approx(f1_score(y.numpy().astype(int), pred, average="macro", zero_division=0))
     assert m["positives/stapler"] == 0 and m["f1/stapler"] == 0.0  # an absent tool counts as F1 0 in the macro mean
+    # the counts: summed over clients they give the F1 of the union of their data
+    tp, fp, fn = m["tp/clipper"], m["fp/clipper"], m["fn/clipper"]
+    assert tp + fn == m["positives/clipper"] and 2 * tp / (2 * tp + fp + fn) == pytest.approx(m["f1/clipper"])
     assert all(math.isnan(v) for k, v in multilabel_metrics(y.numpy()[:0], scores[:0]).items() if "/" not in k)
 
 

@@ -60,20 +60,47 @@ def test_the_optimizer_and_the_schedule_come_from_the_settings():
     steps = []
     one_cycle = OneCycle()
 
-    def schedule(optimizer, n):
-        steps.append(n)
-        return one_cycle(optimizer, n)
+    def schedule(optimizer, n, round):
+        steps.append((n, round))
+        return one_cycle(optimizer, n, round)
 
     settings = TrainSettings(lr=0.05, batch_size=8, local_epochs=2, optimizer=SGD(momentum=0.9), scheduler=schedule)
     model, expected = tiny_model(), tiny_model()
     train_epochs(model, model.parameters(), data, settings, generator=torch.Generator().manual_seed(0))
     _plain_sgd_loop(expected, data, settings, torch.Generator().manual_seed(0), momentum=0.9,
                     schedule=lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[0.05], total_steps=8))
-    assert steps == [8] and _same(model, expected)  # one-cycle over the run's 2 x 4 steps, stepped per batch
+    assert steps == [(8, 1)] and _same(model, expected)  # one-cycle over the run's 2 x 4 steps, stepped per batch
     adamw = tiny_model()
     train_epochs(adamw, adamw.parameters(), data, TrainSettings(lr=0.05, batch_size=8, optimizer=AdamW()),
                  generator=torch.Generator().manual_seed(0))
     assert not _same(adamw, model)
+
+
+def test_a_one_cycle_over_rounds_continues_where_the_last_round_ended():
+    """Round r of a 3-round one-cycle takes the learning rates of steps (r-1)*n .. r*n-1 of one
+    OneCycleLR over 3n steps: the client's rate rises and decays over the whole training."""
+    def rates(schedule_for_round, rounds, steps):
+        seen = []
+        for rnd in range(1, rounds + 1):
+            optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+            scheduler = schedule_for_round(optimizer, rnd)
+            for _ in range(steps):
+                seen.append(optimizer.param_groups[0]["lr"])
+                optimizer.step()
+                scheduler.step()
+        return seen
+
+    over_rounds = rates(lambda opt, rnd: OneCycle(rounds=3)(opt, 4, rnd), 3, 4)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    single = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=12)
+    expected = []
+    for _ in range(12):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        single.step()
+    assert over_rounds == pytest.approx(expected, rel=1e-12)
+    assert max(over_rounds) == pytest.approx(0.1, rel=0.01) and over_rounds[-1] < over_rounds[0]
+    assert rates(lambda opt, rnd: OneCycle(rounds=3)(opt, 4, 7), 1, 4) == pytest.approx(expected[8:], rel=1e-12)
 
 
 def test_the_gradient_hook_runs_between_backward_and_step():

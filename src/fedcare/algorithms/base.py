@@ -53,7 +53,8 @@ class ClientHalf:
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
     ) -> tuple[Message, ClientState]:
         self.load(model, message, state).train()
-        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"))
+        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"),
+                            round=rng.round)
         return self.outgoing(model, len(data), loss)
 
     def after_aggregation(

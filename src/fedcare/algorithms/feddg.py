@@ -64,7 +64,7 @@ class FedDGClient(ClientHalf):
     def fit(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness):
         self.load(model, message, state).train()
         bank = state.get(BANK, torch.zeros(0))
-        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"),
+        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"), round=rng.round,
                             batch_transform=lambda x, g: amplitude_mix(x, bank, self.p, g))
         reply, _ = self.outgoing(model, len(data), loss)
         return reply, state  # FedAvg shares every model tensor; the bank is the only state

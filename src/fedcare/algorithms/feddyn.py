@@ -96,7 +96,7 @@ class FedDynClient(ClientHalf):
             proximal = sum((p - prev).pow(2).sum() for p, prev in pairs)
             return (alpha / 2) * proximal - linear
 
-        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"),
+        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"), round=rng.round,
                             penalty=penalty)
         reply, private = self.outgoing(model, len(data), loss)
         new_state = {k: v for k, v in state.items() if k.startswith(EXTRA) and not k.startswith(GRADIENT)}

@@ -83,7 +83,7 @@ class FedProxClient(ClientHalf):
         if self.mu > 0:
             pairs = trainable_pairs(model, message.tensors)
             penalty = lambda: proximal_term(pairs, self.mu, self.squared)
-        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"),
+        loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"), round=rng.round,
                             penalty=penalty)
         return self.outgoing(model, len(data), loss)
 

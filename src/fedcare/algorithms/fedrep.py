@@ -93,7 +93,7 @@ class FedRepClient(ClientHalf):
                 continue
             with train_only(model, self.split, part) as params:
                 loss = train_epochs(model, params, data, self.settings, epochs=epochs,
-                                    generator=rng.torch(f"fedrep-{part}-order"))
+                                    generator=rng.torch(f"fedrep-{part}-order"), round=rng.round)
         return self.outgoing(model, len(data), loss)
 
 

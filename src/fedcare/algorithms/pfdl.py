@@ -38,7 +38,7 @@ class PFDLClient(ClientHalf):
         try:
             train_epochs(
                 model, private_params, data, self.settings, epochs=self.finetune_epochs,
-                lr=self.settings.lr / self.lr_factor, generator=rng.torch("finetune-order"),
+                lr=self.settings.lr / self.lr_factor, generator=rng.torch("finetune-order"), round=rng.round,
             )
         finally:
             for p in frozen_params:

@@ -9,6 +9,7 @@ noises gradients there). The defaults are the papers' plain minibatch SGD withou
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -20,8 +21,8 @@ from fedcare.tasks import BINARY, BatchLoss, Task
 
 # (parameters, learning rate) -> optimizer
 OptimizerFactory = Callable[[list[nn.Parameter], float], torch.optim.Optimizer]
-# (optimizer, number of optimizer steps this run will take) -> a scheduler stepped after every batch
-SchedulerFactory = Callable[[torch.optim.Optimizer, int], torch.optim.lr_scheduler.LRScheduler]
+# (optimizer, optimizer steps this run will take, its federated round) -> a scheduler stepped after every batch
+SchedulerFactory = Callable[[torch.optim.Optimizer, int, int], torch.optim.lr_scheduler.LRScheduler]
 # (model, examples in the batch): called after backward, before the optimizer's step
 GradientHook = Callable[[nn.Module, int], None]
 # (the client's training data) -> the batch loss (a task's, or a study's own)
@@ -75,14 +76,26 @@ class AdamW:
 
 @dataclass(frozen=True)
 class OneCycle:
-    """torch's OneCycleLR over one local training run, peaking at the optimizer's learning
-    rate (the surgical thesis's one-cycle schedule; it does not give pct_start: torch's 0.3)."""
+    """torch's OneCycleLR peaking at the optimizer's learning rate, stepped every batch (the
+    surgical thesis's one-cycle schedule; pct_start is not given there: torch's 0.3).
+
+    `rounds` = 1: one cycle per local training run. `rounds` = R: one cycle over R runs of the
+    same length, round r (1-based) continuing where round r - 1 ended, so a client's learning
+    rate rises and decays over the whole federated training (or over a centralized run of R
+    epochs). Rounds after R stay at the cycle's last round."""
 
     pct_start: float = 0.3
+    rounds: int = 1
 
-    def __call__(self, optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LRScheduler:
+    def __call__(self, optimizer: torch.optim.Optimizer, steps: int, round: int = 1) -> torch.optim.lr_scheduler.LRScheduler:
         peaks = [group["lr"] for group in optimizer.param_groups]
-        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=peaks, total_steps=steps, pct_start=self.pct_start)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=peaks, total_steps=steps * self.rounds,
+                                                        pct_start=self.pct_start)
+        with warnings.catch_warnings():  # moving to this round's start before any optimizer step
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range((min(max(round, 1), self.rounds) - 1) * steps):
+                scheduler.step()
+        return scheduler
 
 
 @dataclass(frozen=True)
@@ -120,11 +133,11 @@ class _Optimisation:
     def __init__(self, model: nn.Module, params: Iterable[nn.Parameter], data: ClientData, settings: TrainSettings,
                  lr: float, steps: int, generator: torch.Generator,
                  batch_transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None,
-                 penalty: Callable[[], torch.Tensor | None] | None):
+                 penalty: Callable[[], torch.Tensor | None] | None, round: int = 1):
         self.model, self.data, self.settings = model, data, settings
         self.generator, self.batch_transform, self.penalty = generator, batch_transform, penalty
         self.optimizer = settings.optimizer(list(params), lr)
-        self.scheduler = settings.scheduler(self.optimizer, steps) if settings.scheduler and steps > 0 else None
+        self.scheduler = settings.scheduler(self.optimizer, steps, round) if settings.scheduler and steps > 0 else None
         self.loss = settings.batch_loss(data)
 
     def step(self, idx: torch.Tensor) -> float:
@@ -160,10 +173,12 @@ def train_epochs(
     lr: float | None = None,
     batch_transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
     penalty: Callable[[], torch.Tensor | None] | None = None,
+    round: int = 1,
 ) -> float:
     """`epochs` (default the settings' local epochs) passes over `data` in a fresh random
     order each, at learning rate `lr` (default the settings'), optimizing `params`; returns
-    the mean task loss of the last epoch.
+    the mean task loss of the last epoch. `round` (the federated round) tells a schedule
+    spanning rounds where it stands.
 
     `batch_transform` (e.g. FedDG's amplitude augmentation) maps each float batch before use;
     `penalty` (FedProx's proximal term, FedDyn's regulariser) is called once per batch on the
@@ -173,7 +188,7 @@ def train_epochs(
     epochs = settings.local_epochs if epochs is None else epochs
     n, batch_size = len(data), settings.batch_size
     run = _Optimisation(model, params, data, settings, settings.lr if lr is None else lr,
-                        epochs * batches_per_epoch(n, batch_size), generator, batch_transform, penalty)
+                        epochs * batches_per_epoch(n, batch_size), generator, batch_transform, penalty, round)
     last_loss = float("nan")
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator)  # drawn per epoch: batch transforms share the generator

@@ -92,8 +92,9 @@ def multilabel_metrics(
     """Per-label precision, recall and F1 of the scores ``y_score`` (N, L) against 0/1 labels
     ``y_true`` (N, L) at ``threshold``, and their macro mean over labels (the surgical
     thesis's macro F1). Keys: ``macro_f1``, ``macro_precision``, ``macro_recall`` and, per
-    label, ``f1/<label>``, ``precision/<label>``, ``recall/<label>``, ``positives/<label>``
-    (`labels` names them; default "0", "1", ...). Zero division gives 0 (scikit-learn's
+    label, ``f1/<label>``, ``precision/<label>``, ``recall/<label>``, ``positives/<label>`` and
+    the counts ``tp/<label>``, ``fp/<label>``, ``fn/<label>`` (summed over clients, they give the
+    scores on the union of their data) (`labels` names them; default "0", "1", ...). Zero division gives 0 (scikit-learn's
     ``zero_division=0``): a label never present and never predicted scores F1 0, and counts
     in the macro mean, as the thesis's HEI2 with a missing tool. NaN everywhere when the
     input is empty or holds non-finite scores."""
@@ -107,12 +108,15 @@ def multilabel_metrics(
     if len(names) != y.shape[1]:
         raise ValueError(f"{len(names)} label names for {y.shape[1]} labels")
     out: dict[str, float] = {}
+    counts = np.full((3, len(names)), math.nan)
     if len(y) == 0 or not np.isfinite(s).all():
         precision = recall = f1 = np.full(len(names), math.nan)
     else:
         pred = (s >= threshold).astype(np.int64)
+        truth = y.astype(np.int64)
         precision, recall, f1, _ = precision_recall_fscore_support(
-            y.astype(np.int64), pred, average=None, labels=list(range(len(names))), zero_division=0)
+            truth, pred, average=None, labels=list(range(len(names))), zero_division=0)
+        counts = np.stack([(pred & truth).sum(0), (pred & (1 - truth)).sum(0), ((1 - pred) & truth).sum(0)])
     out["macro_f1"] = float(np.mean(f1))
     out["macro_precision"] = float(np.mean(precision))
     out["macro_recall"] = float(np.mean(recall))
@@ -121,4 +125,6 @@ def multilabel_metrics(
         out[f"precision/{name}"] = float(precision[i])
         out[f"recall/{name}"] = float(recall[i])
         out[f"positives/{name}"] = int(y[:, i].sum()) if len(y) else 0
+        for row, what in enumerate(("tp", "fp", "fn")):
+            out[f"{what}/{name}"] = math.nan if math.isnan(counts[row, i]) else int(counts[row, i])
     return out

@@ -45,6 +45,9 @@ class Federation:
         self.client_fraction = client_fraction
         self.server = algorithm.server  # its state (optimizer moments, FedAP weights) is snapshotted too
         self.global_message = self.server.initial_message(model)
+        # called after every aggregation with (global message before, replies, global message after):
+        # statistics of the updates the server sees (e.g. the surgical thesis's CosSim, GradDiff)
+        self.observers: list[Callable[[Message, Mapping[ClientId, Message], Message], None]] = []
         self.clients: Clients = clients if clients is not None else LocalClients(model, algorithm.client, seed)
 
     # -- in-process inspection (tests): what a client holds ------------------------------
@@ -85,7 +88,10 @@ class Federation:
     def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, DataRef]) -> dict:
         participants = self.sample(phase, rnd, list(train))
         replies = self.clients.fit(phase, rnd, self.work({c: train[c] for c in participants}))
+        previous = self.global_message
         self.global_message = self.server.aggregate(self.global_message, replies)
+        for observe in self.observers:
+            observe(previous, replies, self.global_message)
         answered = sorted(replies)  # on Flower a site may have dropped out
         self.clients.after_aggregation(phase, rnd, self.work({c: train[c] for c in answered}))
         sizes = {c: replies[c].scalars[NUM_EXAMPLES] for c in answered}
