@@ -10,7 +10,7 @@ import pytest
 from fedcare.evaluation.statistics import read_records
 from fedcare.report import SYNTHETIC_BANNER
 from fedcare.studies.pain.aggregate import aggregate
-from fedcare.studies.pain.report import format_summary_markdown, summary_rows
+from fedcare.studies.pain.report import format_summary_markdown, summary_markdown, summary_rows
 from fedcare.studies.run import build_report
 
 METHODS = ["RANDOM", "A<B>", "F(C)"]
@@ -160,3 +160,42 @@ def test_no_test_records_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="metrics.jsonl"):
         build_report(run_dir)
     assert not (run_dir / "report.html").exists()
+
+
+def _eval(method, session, client, tp, fp, fn, tn, f1):
+    n = tp + fp + fn + tn
+    return {"type": "client_eval", "study": "pain", "method": method, "seed": 1, "session": session,
+            "client": client, "n": n, "positives": tp + fn, "acc": (tp + tn) / n, "pr_auc": 0.5, "f1": f1,
+            "precision": None, "recall": None, "roc_auc": 0.5, "tp": tp, "fp": fp, "fn": fn, "tn": tn}
+
+
+def test_f1_threshold_table_and_finding_explain_a_trained_f1_below_random(tmp_path):
+    # RANDOM calls almost everything pain; "M" ranks well but finds no pain frame in one record
+    records = [
+        _eval("RANDOM", 1, 43, tp=4, fp=12, fn=0, tn=4, f1=8 / 20),
+        _eval("RANDOM", 2, 43, tp=9, fp=8, fn=1, tn=2, f1=18 / 28),
+        _eval("M", 1, 43, tp=0, fp=1, fn=4, tn=15, f1=0.0),
+        _eval("M", 2, 43, tp=8, fp=1, fn=2, tn=9, f1=16 / 19),
+        _eval("M", 3, 43, tp=0, fp=3, fn=0, tn=17, f1=None),  # no pain in this record: masked out
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    build_report(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "tables" / "f1_threshold.csv").open()))
+    assert [r["method"] for r in rows] == ["RANDOM", "M"]
+    m = rows[1]
+    assert (int(m["records"]), int(m["no_pain_predicted"])) == (2, 1)
+    assert float(m["f1_pooled"]) == pytest.approx(2 * 8 / (2 * 8 + 2 + 6))  # tp 8, fp 2, fn 6 over both records
+    assert float(m["predicted_pain"]) == pytest.approx(10 / 40)
+    assert float(m["f1_weighted_mean"]) == pytest.approx((0 * 20 + 16 / 19 * 20) / 40)
+    text = summary_markdown(tmp_path)
+    assert "RANDOM's F1 (52.1) is above that of M" in text and "M found no pain frame in 1 of 2 records" in text
+    assert "threshold 0.5" in (tmp_path / "report.html").read_text()
+
+
+def test_no_f1_finding_when_the_trained_method_beats_random(tmp_path):
+    records = [_eval("RANDOM", 1, 43, tp=4, fp=12, fn=0, tn=4, f1=8 / 20),
+               _eval("M", 1, 43, tp=3, fp=0, fn=1, tn=16, f1=6 / 7)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    build_report(tmp_path)
+    assert summary_markdown(tmp_path) == format_summary_markdown(summary_rows(tmp_path))
+    assert (tmp_path / "tables" / "f1_threshold.md").exists()

@@ -49,6 +49,7 @@ PRIMARY_METRICS = ("acc", "pr_auc", "f1")
 METRIC_LABELS = {
     "acc": "ACC", "pr_auc": "PR-AUC", "f1": "F1", "precision": "Precision", "recall": "Recall", "roc_auc": "ROC-AUC",
 }
+COUNTS = ("tp", "fp", "fn", "tn")  # a test record's confusion counts at threshold 0.5
 TEST_TYPES = ("client_eval", "test")  # "test": run directories written before the record types were unified
 
 
@@ -63,6 +64,7 @@ class ClientTestRecord:
     n: float
     positives: float
     values: Mapping[str, float]  # metric -> fraction or NaN
+    counts: Mapping[str, float] = field(default_factory=dict)  # tp/fp/fn/tn at threshold 0.5 (NaN if missing)
 
     @property
     def masked_in(self) -> bool:
@@ -100,6 +102,7 @@ def _to_test_record(r: Mapping[str, Any] | ClientTestRecord, index: int, source:
         method=str(r["method"]), seed=as_unit(r["seed"]), session=as_unit(r["session"]), client=as_unit(r["client"]),
         n=as_float(r["n"]), positives=as_float(r["positives"]),
         values={m: as_float(r.get(m)) for m in METRICS},
+        counts={k: as_float(r.get(k)) for k in COUNTS},
     )
 
 
@@ -245,3 +248,40 @@ def per_session_values(records: Iterable[Mapping[str, Any]], metric: str) -> dic
     """Table 7.5 for one metric: method -> session -> seed-averaged weighted mean (NaN where
     the session has no masked-in record)."""
     return aggregate(records, (metric,)).per_session[metric]
+
+
+# -- F1's threshold ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class ThresholdSummary:
+    """How a method's decisions at threshold 0.5 fall, its masked-in records (all seeds) taken
+    together: why its F1 can disagree with ACC and PR-AUC. F1 is a per-record value averaged
+    with weights, so a record in which no pain frame reaches 0.5 counts as F1 = 0 however well the
+    model ranks its frames, while a model that calls most frames pain never scores 0."""
+
+    records: int  # masked-in records with counts
+    missed: int  # of which no pain frame reached 0.5 (tp = 0: F1 = 0 there)
+    predicted_pain: float  # share of their frames predicted pain
+    precision: float  # pooled over their frames
+    recall: float
+    f1: float
+
+
+def threshold_summaries(records: Iterable[Mapping[str, Any] | ClientTestRecord],
+                        source: str = "metrics.jsonl") -> dict[str, ThresholdSummary]:
+    """method -> ThresholdSummary over its masked-in records that carry tp/fp/fn/tn; methods
+    whose records carry none are left out."""
+    out = {}
+    tests = [r for r in load_test_records(records, source) if r.masked_in]
+    for method in first_appearance(r.method for r in tests):
+        mine = [r for r in tests if r.method == method and not any(math.isnan(r.counts.get(k, math.nan)) for k in COUNTS)]
+        if not mine:
+            continue
+        tp, fp, fn, tn = (sum(r.counts[k] for r in mine) for k in COUNTS)
+        precision = tp / (tp + fp) if tp + fp else math.nan
+        recall = tp / (tp + fn) if tp + fn else math.nan
+        f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else math.nan
+        out[method] = ThresholdSummary(
+            records=len(mine), missed=sum(1 for r in mine if r.counts["tp"] == 0),
+            predicted_pain=(tp + fp) / (tp + fp + fn + tn), precision=precision, recall=recall, f1=f1,
+        )
+    return out

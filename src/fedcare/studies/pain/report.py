@@ -5,6 +5,7 @@
     tables/summary.{csv,md}                       Table 7.1
     tables/per_subject_{acc,pr_auc,f1}.{csv,md}   Table 7.4
     tables/per_session_{acc,pr_auc,f1}.{csv,md}   Table 7.5
+    tables/f1_threshold.{csv,md}                  decisions at threshold 0.5 (why F1 can disagree)
     tables/rank_sums.{csv,md}                     Tables 7.6/7.7
     plots/per_session_{f1,pr_auc,acc}.png, plots/per_subject_f1.png, plots/val_loss.png
     report.html
@@ -16,6 +17,7 @@ It can be re-run on a finished run directory at any time (`fedcare report`).
 from __future__ import annotations
 
 import math
+from html import escape
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,9 @@ from fedcare.report import write_report
 from fedcare.report.html import render_run_page, table_block
 from fedcare.report.plots import method_bars, method_lines, plot_val_loss
 from fedcare.report.tables import Table, fmt_rank, pct, pct_pm, unit_label
-from fedcare.studies.pain.aggregate import METRIC_LABELS, METRICS, PRIMARY_METRICS, RunAggregate, aggregate
+from fedcare.studies.pain.aggregate import (
+    METRIC_LABELS, METRICS, PRIMARY_METRICS, RunAggregate, ThresholdSummary, aggregate, threshold_summaries,
+)
 from fedcare.studies.rundir import METRICS_FILE, read_run_records
 
 
@@ -150,9 +154,57 @@ def rank_sum_table(agg: RunAggregate) -> Table:
     )
 
 
-def build_tables(agg: RunAggregate) -> dict[str, Table]:
+def threshold_table(agg: RunAggregate, thresholds: Mapping[str, ThresholdSummary]) -> Table:
+    """Why F1 can disagree with ACC and PR-AUC: each method's decisions at threshold 0.5."""
+    columns = ["Method", "records with pain", "of them no pain frame found", "frames called pain (%)",
+               "precision", "recall", "F1 over all frames", "F1 (Table 7.1)"]
+    rows, csv_rows = [], []
+    for method in (m for m in agg.methods if m in thresholds):
+        t = thresholds[method]
+        rows.append([method, str(t.records), str(t.missed), pct(t.predicted_pain), pct(t.precision), pct(t.recall),
+                     pct(t.f1), pct(agg.summary[method].mean["f1"])])
+        csv_rows.append([method, t.records, t.missed, t.predicted_pain, t.precision, t.recall, t.f1,
+                         agg.summary[method].mean["f1"]])
+    caption = (
+        "Percentages. Decisions at threshold 0.5 on the pain probability, every seed's test records with pain taken "
+        "together. Table 7.1's F1 is the example-weighted mean of each record's own F1, so a record in which no "
+        "pain frame reaches 0.5 counts as 0; the F1 over all frames pools the records' frames first."
+    )
+    return Table(
+        name="f1_threshold", title="F1 at threshold 0.5: where the decisions fall", caption=caption,
+        columns=columns, rows=rows,
+        csv_header=["method", "records", "no_pain_predicted", "predicted_pain", "precision", "recall", "f1_pooled",
+                    "f1_weighted_mean"],
+        csv_rows=csv_rows,
+    )
+
+
+def threshold_findings(agg: RunAggregate, thresholds: Mapping[str, ThresholdSummary]) -> str:
+    """One sentence per trained method whose F1 (Table 7.1) is below RANDOM's, saying why from the
+    run's own counts; empty when there is none (or no RANDOM)."""
+    if "RANDOM" not in thresholds:
+        return ""
+    rnd = thresholds["RANDOM"]
+    rnd_f1 = agg.summary["RANDOM"].mean["f1"]
+    below = [m for m in agg.methods if m != "RANDOM" and m in thresholds and agg.summary[m].mean["f1"] < rnd_f1]
+    if not below:
+        return ""
+    parts = [f"{m} found no pain frame in {thresholds[m].missed} of {thresholds[m].records} records with pain "
+             f"(F1 over all frames {pct(thresholds[m].f1)})" for m in below]
+    return (
+        f"In this run RANDOM's F1 ({pct(rnd_f1)}) is above that of {', '.join(below)}. RANDOM calls "
+        f"{pct(rnd.predicted_pain)}% of frames pain, so it misses the pain of only {rnd.missed} of {rnd.records} "
+        f"records and its per-record F1 stays near 2p/(1+p) for a record's pain "
+        f"share p; its F1 over all frames is {pct(rnd.f1)}. " + "; ".join(parts) + ". "
+        "Those records count as F1 = 0 in Table 7.1 however well the model ranks their frames (see PR-AUC)."
+    )
+
+
+def build_tables(agg: RunAggregate, thresholds: Mapping[str, ThresholdSummary] | None = None) -> dict[str, Table]:
     """All tables of the report keyed by file stem, in report order."""
     tables = [method_summary_table(agg)]
+    if thresholds:
+        tables.append(threshold_table(agg, thresholds))
     tables += [per_subject_table(agg, m) for m in PRIMARY_METRICS]
     tables += [per_session_table(agg, m) for m in PRIMARY_METRICS]
     tables.append(rank_sum_table(agg))
@@ -217,9 +269,11 @@ def _how_to_read(agg: RunAggregate) -> str:
         "<b>Rank sums.</b> For each subject (or session) the methods are ranked from 0 (worst) to n−1 (best) on "
         "the seed-averaged values, ties sharing the average rank, and the ranks are summed; units where a "
         "method has NA are skipped.",
-        "<b>Metrics.</b> Percentages. ACC and F1 use threshold 0.5 on the pain probability. PR-AUC is the average "
-        "precision (scikit-learn); its random baseline is the share of pain frames. The thesis used Keras's "
-        "interpolated PR-AUC, which differs slightly. Bold marks each column's best value.",
+        "<b>Metrics.</b> Percentages. ACC and F1 use threshold 0.5 on the pain probability, as the thesis does: "
+        "the models are trained on balanced data (as many pain as no-pain examples), so 0.5 is their even odds, "
+        "while the test sessions are not balanced. PR-AUC is the average precision (scikit-learn), which uses no "
+        "threshold; its random baseline is the share of pain frames. The thesis used Keras's interpolated PR-AUC, "
+        "which differs slightly. Bold marks each column's best value.",
     ]
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
@@ -234,14 +288,18 @@ PLOT_CAPTIONS = {
 
 
 def render_pain_html(run_info: Mapping[str, Any], agg: RunAggregate, tables: Mapping[str, Table],
-                     plots: Mapping[str, bytes], *, run_dir_name: str = "", notes: Sequence[str] = ()) -> str:
-    """The whole page as a string."""
+                     plots: Mapping[str, bytes], *, run_dir_name: str = "", notes: Sequence[str] = (),
+                     findings: str = "") -> str:
+    """The whole page as a string; `findings` is threshold_findings' text."""
     total = sum(s.records + s.masked_out for s in agg.summary.values())
     kept = sum(s.records for s in agg.summary.values())
     extra = [("Test records", f"{total} ({kept} with positives kept, {total - kept} masked out)")]
     sections = [
         ("summary-section", "Summary", "Summary (Table 7.1)", table_block(tables["summary"])),
         ("how", "How to read", "How to read this", _how_to_read(agg)),
+        ("threshold", "F1 threshold", "F1 at threshold 0.5",
+         (f"<p>{escape(findings)}</p>" if findings else "")
+         + (table_block(tables["f1_threshold"]) if "f1_threshold" in tables else "")),
         ("subjects", "Per subject", "Per test subject (Table 7.4)",
          "".join(table_block(tables[f"per_subject_{m}"]) for m in PRIMARY_METRICS if f"per_subject_{m}" in tables)),
         ("sessions", "Per session", "Per session (Table 7.5)",
@@ -258,10 +316,11 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any], notes: Sequence[str
     """Write the tables, plots and report.html of a pain run; returns report.html's path."""
     run_dir = Path(run_dir)
     records, agg, more = load_run(run_dir)
-    tables = build_tables(agg)
+    thresholds = threshold_summaries(records)
+    tables = build_tables(agg, thresholds)
     plots = build_plots(agg, records)
     page = render_pain_html(run_info, agg, tables, plots, run_dir_name=str(run_info.get("run_dir") or run_dir.name),
-                            notes=[*notes, *more])
+                            notes=[*notes, *more], findings=threshold_findings(agg, thresholds))
     return write_report(run_dir, tables, plots, page)
 
 
@@ -292,5 +351,9 @@ def format_summary_markdown(rows: list[dict]) -> str:
 
 
 def summary_markdown(run_dir: Path) -> str:
-    """Table 7.1 of a run directory in Markdown (printed after a run)."""
-    return format_summary_markdown(summary_rows(run_dir))
+    """Table 7.1 of a run directory in Markdown (printed after a run), followed by the F1
+    threshold finding when a trained method's F1 is below RANDOM's."""
+    records, agg, _ = load_run(Path(run_dir))
+    findings = threshold_findings(agg, threshold_summaries(records))
+    table = format_summary_markdown(summary_rows(run_dir))
+    return f"{table}\n\n{findings}" if findings else table
