@@ -19,10 +19,17 @@ Choices where the thesis is silent:
   at the local learning rate with the one-cycle schedule.
 - FedDG's bank holds `train.feddg_bank` amplitude spectra of each *other* client (the library's
   default), an image is augmented with probability `train.feddg_p`.
+
+AlexNet's and VGG-13's Dropout draws from torch's global generator, which the library's
+training loop does not seed (it draws batch orders and augmentations from generators derived
+from the run seed). Every client half here therefore runs with the global generator seeded
+from (run seed, phase, client, round) and restored afterwards (`SeededClient`): the same
+numbers in any runtime, after a resume, and whatever ran before in the process.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
@@ -34,6 +41,7 @@ from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL
 from fedcare.algorithms.training import AdamW, ClientData, OneCycle, Randomness, SGD, TrainSettings, train_epochs
 from fedcare.data.surgical import TOOLS
+from fedcare.seeding import derive_seed
 from fedcare.studies.surgical.config import UNIFORM, SurgicalExperiment
 from fedcare.studies.surgical.models import HEAD
 from fedcare.tasks import MultilabelTask
@@ -81,6 +89,51 @@ class PersistentAdamWClient(ClientHalf):
         return reply, new_state
 
 
+@contextmanager
+def seeded_global_generator(rng: Randomness, operation: str):
+    """torch's global generator seeded from (run seed, phase, client, round, operation) within
+    the block, and as it was after it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(rng.seed, rng.phase, rng.client, rng.round, "global-generator", operation))
+        yield
+
+
+class SeededClient(ClientHalf):
+    """Another client half whose operations run under `seeded_global_generator` (Dropout)."""
+
+    def __init__(self, inner: ClientHalf):
+        self.inner = inner
+        self.settings = inner.settings
+        self.split = inner.split
+
+    def init_state(self, model: nn.Module) -> ClientState:
+        return self.inner.init_state(model)
+
+    def load(self, model: nn.Module, message: Message, state: ClientState) -> nn.Module:
+        return self.inner.load(model, message, state)
+
+    def outgoing(self, model: nn.Module, n: int, loss: float):
+        return self.inner.outgoing(model, n, loss)
+
+    def fit(self, model, message, state, data, rng):
+        with seeded_global_generator(rng, "fit"):
+            return self.inner.fit(model, message, state, data, rng)
+
+    def after_aggregation(self, model, message, state, data, rng):
+        with seeded_global_generator(rng, "after-aggregation"):
+            return self.inner.after_aggregation(model, message, state, data, rng)
+
+    def setup(self, model, message, state, data, rng):
+        with seeded_global_generator(rng, "setup"):
+            return self.inner.setup(model, message, state, data, rng)
+
+    def receive_setup(self, message: Message, state: ClientState) -> ClientState:
+        return self.inner.receive_setup(message, state)
+
+    def evaluate(self, model, message, state, data, metrics):
+        return self.inner.evaluate(model, message, state, data, metrics)
+
+
 def task(config: SurgicalExperiment, global_weight: torch.Tensor | None) -> MultilabelTask:
     """BCE with the configured positive weights (per client, a pooled tensor, or none)."""
     mode = config.train.pos_weight
@@ -101,7 +154,8 @@ def make_algorithm(method: str, config: SurgicalExperiment, global_weight: torch
     if method in ("cent", "lot"):
         lr = t.cent_lr if method == "cent" else t.lot_lr
         settings = TrainSettings(lr=lr, local_epochs=1, optimizer=AdamW(weight_decay=t.weight_decay), **common)
-        return Algorithm(method, PersistentAdamWClient(settings, SHARE_ALL), ServerHalf(SHARE_ALL), pooled=method == "cent")
+        return Algorithm(method, SeededClient(PersistentAdamWClient(settings, SHARE_ALL)), ServerHalf(SHARE_ALL),
+                         pooled=method == "cent")
     name, weighting = base_method(method)
     settings = TrainSettings(lr=t.lr, local_epochs=t.local_epochs, optimizer=SGD(), **common)
     if name == "fedavg":
@@ -118,4 +172,4 @@ def make_algorithm(method: str, config: SurgicalExperiment, global_weight: torch
     else:
         raise ValueError(f"unknown surgical method {method!r}")
     algorithm = with_server_optimizer(inner, "adamw", lr=t.server_lr, weight_decay=t.server_weight_decay)
-    return replace(algorithm, name=method)
+    return replace(algorithm, name=method, client=SeededClient(algorithm.client))
