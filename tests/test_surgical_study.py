@@ -15,7 +15,7 @@ import pytest
 import torch
 from flower_inprocess import InProcessBackend, simulation_backend
 from flwr.serverapp import ServerApp
-from sklearn.metrics import f1_score
+from sklearn.metrics import f1_score, precision_recall_fscore_support
 from torch.nn import functional as F
 from typer.testing import CliRunner
 
@@ -29,10 +29,10 @@ from fedcare.runtime.federation import Federation
 from fedcare.studies import run as run_module
 from fedcare.studies.registry import study_for
 from fedcare.studies.run import resume_study, run_study
-from fedcare.studies.surgical.aggregate import ALTV, EGOV, index_run, pooled_score, views_at
+from fedcare.studies.surgical.aggregate import ALTV, EGOV, Run, Score, View, index_run, pooled_score, views_at
 from fedcare.studies.surgical.config import SurgicalExperiment
 from fedcare.studies.surgical.models import WeightsError, build_model, load_weights
-from fedcare.studies.surgical.report import one_sided_p
+from fedcare.studies.surgical.report import one_sided_p, orderings, stalled, table_a1
 from fedcare.studies.surgical.updates import update_statistics
 
 CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2", "CHO3"]
@@ -142,6 +142,36 @@ def test_cossim_and_graddiff_on_a_hand_made_aggregate():
     assert math.isnan(still["a"]["cossim"])
 
 
+def test_table_a1_has_client_columns_the_change_vs_altv_in_brackets_mean_and_variance():
+    clients = ["HEI1", "CHO1"]
+    run = Run(clients=clients, tools=["a", "b"], train_frames={"HEI1": 1.0, "CHO1": 3.0}, methods=[], seeds=[])
+
+    def view(hei1: tuple, cho1: tuple) -> View:
+        return View({"HEI1": Score(dict(zip("ab", hei1))), "CHO1": Score(dict(zip("ab", cho1)))}, Score({}))
+
+    views = {ALTV: view((0.2, 0.4), (0.5, 0.5)), "fedavg": view((0.6, 0.6), (0.3, 0.5))}  # macros 0.3 0.5 / 0.6 0.4
+    table = table_a1(run, views)
+    assert table.columns == ["", "HEI1", "CHO1", "Mean", "Var"]
+    assert table.rows[0] == ["ALTV", "0.300", "0.500", "0.400", "0.01000"]
+    assert table.rows[1] == ["FedAvg", "0.600 (+0.300)", "0.400 (-0.100)", "0.500 (+0.100)", "0.01000"]
+    # across the rows above, per client: mean and population variance
+    assert table.rows[2] == ["Mean (all)", "0.450", "0.450", "", ""]
+    assert table.rows[3] == ["Var (all)", "0.02250", "0.00250", "", ""]
+    assert table.csv_rows[1][:4] == ["fedavg", pytest.approx(0.6), pytest.approx(0.4), pytest.approx(0.5)]
+
+
+def test_the_thesis_orderings_and_stalled_methods_are_read_from_the_records():
+    run = Run(clients=["HEI1"], tools=["a"], train_frames={"HEI1": 1.0}, methods=[], seeds=[])
+    views = {name: View({"HEI1": Score({"a": f1})}, Score({})) for name, f1 in
+             (("ALTV", 0.4), ("fedavg", 0.5), ("feddyn", 0.45), ("fedprox", 0.3), ("cent", 0.49))}
+    assert orderings(views) == [("FedAvg > ALTV", 0.5, 0.4, True), ("FedDyn <= ALTV", 0.45, 0.4, False),
+                                ("FedProx > ALTV", 0.3, 0.4, False), ("CENT >= FedAvg - 0.02", 0.49, 0.5, True)]
+    run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10}
+                  for m, losses in (("lot", (1.004, 1.0)), ("fedavg", (1.0, 0.8))) for r, loss in enumerate(losses, 1)]
+    notes = stalled(run)
+    assert len(notes) == 1 and notes[0].startswith("LOT: the training loss moved only from 1.004 (round 1) to 1.000")
+
+
 # -- the model ----------------------------------------------------------------------------------
 def test_the_model_is_torchvisions_with_6_outputs_and_normalises_inside(tmp_path):
     torchvision = pytest.importorskip("torchvision")
@@ -207,6 +237,16 @@ def test_summed_counts_are_the_f1_on_the_union_of_the_test_sets(synth, cache, tm
     expected = f1_score(y, pred, average=None, zero_division=0)
     assert [pooled.tools[t] for t in TOOLS] == pytest.approx(list(expected))
     assert pooled.macro == pytest.approx(float(np.mean(expected)))
+    # each client's own record: scikit-learn's per-tool precision, recall and F1 on its test frames
+    start = 0
+    for c in CLIENTS:
+        n = len(runtime.sites[c].data("test").y)
+        p, r, f, _ = precision_recall_fscore_support(y[start:start + n], pred[start:start + n], average=None,
+                                                     labels=list(range(len(TOOLS))), zero_division=0)
+        start += n
+        for what, values in (("precision", p), ("recall", r), ("f1", f)):
+            assert [per_client[c][f"{what}/{t}"] for t in TOOLS] == pytest.approx(list(values)), (c, what)
+        assert per_client[c]["macro_f1"] == pytest.approx(float(np.mean(f)))
 
 
 def test_lot_altv_is_the_pooled_score_and_egov_the_own_test_score(reference):
@@ -239,7 +279,7 @@ def test_every_method_and_client_is_scored_every_round_and_the_report_has_the_th
     updates = records(reference, "client_update")
     assert {r["method"] for r in updates} == {"fedavg", "fedprox", "feddyn", "feddg", "fedrep", "fedavg-uniform"}
     assert all(len([u for u in updates if u["method"] == "fedrep" and u["round"] == rnd]) == 5 for rnd in (1, 2))
-    for name in ("table_a1", "table_a2", "table_6_1"):
+    for name in ("table_a1", "table_a2", "table_6_1", "orderings"):
         assert (reference / "tables" / f"{name}.csv").is_file() and (reference / "tables" / f"{name}.md").is_file()
     header = (reference / "tables" / "table_a1.md").read_text().splitlines()[2]
     assert header == "|  | HEI1 | HEI2 | CHO1 | CHO2 | CHO3 | Mean | Var |"

@@ -5,6 +5,7 @@
     tables/table_a1.{csv,md}     Table A.1: final macro F1 per client test set (change vs ALTV), Mean, Var
     tables/table_a2.{csv,md}     Table A.2: final F1 per tool, macro mean (change vs ALTV), Var over tools
     tables/table_6_1.{csv,md}    Table 6.1: one-sided Mann-Whitney U p-values
+    tables/orderings.{csv,md}    the thesis's orderings checked on Table A.1's means (`orderings`)
     plots/f1_per_round.png       global macro F1 per round, one line per view
     plots/f1_per_client.png      per client (Table A.1's columns) macro F1 per round, one panel per client
     plots/train_loss.png         mean training loss per round
@@ -150,6 +151,57 @@ def table_6_1(pvalues: Mapping[str, Mapping[str, float]]) -> Table:
         csv_rows=[[m] + [p[t] for t in tests] for m, p in pvalues.items()])
 
 
+# -- the thesis's orderings -------------------------------------------------------------------
+MARGIN = 0.02  # "CENT >= FedAvg - a small margin", in Table A.1's mean macro F1
+
+
+def orderings(views: Mapping[str, View]) -> list[tuple[str, float, float, bool]]:
+    """The thesis's findings as (statement, left, right, holds) on Table A.1's means (the
+    clients' macro F1, unweighted): every FL method except FedDyn above ALTV; CENT at least
+    FedAvg minus `MARGIN`; FedDyn (the thesis's settings) not above ALTV. Only those whose
+    views the run has."""
+    mean = {n: float(np.mean([s.macro for s in v.local.values()])) for n, v in views.items()}
+    out = []
+    for name in mean:
+        if ALTV not in mean or name in (ALTV, EGOV, "cent"):
+            continue
+        if name.removesuffix("-uniform") == "feddyn":
+            out.append((f"{label(name)} <= ALTV", mean[name], mean[ALTV], mean[name] <= mean[ALTV]))
+        else:
+            out.append((f"{label(name)} > ALTV", mean[name], mean[ALTV], mean[name] > mean[ALTV]))
+    if "cent" in mean and "fedavg" in mean:
+        out.append((f"CENT >= FedAvg - {MARGIN:g}", mean["cent"], mean["fedavg"], mean["cent"] >= mean["fedavg"] - MARGIN))
+    return out
+
+
+def table_orderings(views: Mapping[str, View]) -> Table:
+    checks = orderings(views)
+    return Table(
+        name="orderings", title="The thesis's orderings on this run",
+        caption=("Table A.1's means (the clients' macro F1, unweighted). The thesis: every FL method except FedDyn beats "
+                 "ALTV, CENT is about as good as FL, FedDyn with the thesis's settings is not better than ALTV. "
+                 "A single seed on few frames decides nothing; Table 6.1 says how sure a difference is."),
+        columns=["Ordering", "Left", "Right", "Holds"],
+        rows=[[what, _f(a), _f(b), "yes" if ok else "no"] for what, a, b, ok in checks],
+        csv_header=["ordering", "left", "right", "holds"], csv_rows=[list(c) for c in checks])
+
+
+def stalled(run: Run, tolerance: float = 0.01) -> list[str]:
+    """Notes on methods whose mean training loss moved by less than `tolerance` (relative)
+    from the first round to the last: their models are still about the initial model, so
+    their scores are that model's thresholded (nearly constant) predictions, not what the
+    method learns."""
+    out = []
+    for method, curve in loss_curves(run).items():
+        rounds = sorted(curve)
+        first, last = curve[rounds[0]], curve[rounds[-1]]
+        if len(rounds) > 1 and abs(last - first) <= tolerance * abs(first):
+            out.append(f"{label(method)}: the training loss moved only from {first:.3f} (round {rounds[0]}) to "
+                       f"{last:.3f} (round {rounds[-1]}): its models have barely left the initial model, and its "
+                       f"scores are that model's nearly constant predictions rather than what the method learns.")
+    return out
+
+
 # -- plots ----------------------------------------------------------------------------------
 def _panels(titles: Sequence[str], lines: Mapping[str, Mapping[str, Mapping[int, float]]], order: Sequence[str], *,
             ylabel: str, title: str, scale: float = 1.0, log: bool = False) -> bytes:
@@ -267,7 +319,7 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any], notes: list[str]) -
     run = _load(run_dir)
     views = final_views(run)
     tables = {"table_a1": table_a1(run, views), "table_a2": table_a2(run, views),
-              "table_6_1": table_6_1(p_values(run, views))}
+              "table_6_1": table_6_1(p_values(run, views)), "orderings": table_orderings(views)}
     figures, captions = plots(run)
     sections = [("how", "How to read", "How to read this", HOW_TO_READ),
                 ("tables", "Tables", "Tables", "".join(table_block(t) for t in tables.values()))]
@@ -276,7 +328,7 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any], notes: list[str]) -
                            known_facts=[("study", "Study"), ("architecture", "Model"), ("rounds", "Rounds"),
                                         ("methods", "Methods"), ("seeds", "Seeds"), ("started", "Started"),
                                         ("finished", "Finished")],
-                           extra_facts=extra, notes=notes, sections=sections, plots=figures, captions=captions)
+                           extra_facts=extra, notes=[*notes, *stalled(run)], sections=sections, plots=figures, captions=captions)
     return write_report(run_dir, tables, figures, page)
 
 
@@ -288,7 +340,11 @@ def summary_markdown(run_dir: Path) -> str:
     pvalues = p_values(run, views)
     if any(not math.isnan(p) for v in pvalues.values() for p in v.values()):
         parts.append(table_6_1(pvalues).markdown())
+    if orderings(views):
+        parts.append(table_orderings(views).markdown())
+    parts += [f"Note: {n}" for n in stalled(run)]
     return "\n".join(parts).rstrip()
 
 
-__all__ = ["build_report", "one_sided_p", "p_values", "summary_markdown", "table_6_1", "table_a1", "table_a2"]
+__all__ = ["build_report", "one_sided_p", "orderings", "p_values", "stalled", "summary_markdown", "table_6_1", "table_a1",
+           "table_a2"]
