@@ -30,7 +30,8 @@ from fedcare.studies import run as run_module
 from fedcare.studies.registry import study_for
 from fedcare.studies.run import resume_study, run_study
 from fedcare.studies.surgical.aggregate import ALTV, EGOV, Run, Score, View, index_run, pooled_score, views_at
-from fedcare.studies.surgical.config import SurgicalExperiment
+from fedcare.studies.surgical.config import (SurgicalData, SurgicalExperiment, SurgicalModel, SurgicalSynthetic,
+                                             SurgicalTrain)
 from fedcare.studies.surgical.models import WeightsError, build_model, load_weights
 from fedcare.studies.surgical.report import one_sided_p, orderings, stalled, table_a1
 from fedcare.studies.surgical.updates import update_statistics
@@ -411,3 +412,17 @@ def test_bad_input_is_one_line_naming_the_file(synth, cache, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('study = "surgical"\nmethods = ["fedsgd"]\n[data]\nroot = "x"\n')
     _fails_cleanly(runner.invoke(app, ["run", str(bad)]), "methods.0")
+
+
+def test_the_readme_documents_every_config_key():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Config options (surgical study)"):]
+    section = section[:section.index("\n## ")]
+    for table, model in (("data", SurgicalData), ("model", SurgicalModel), ("train", SurgicalTrain)):
+        for key in model.model_fields:
+            if key != "synthetic":
+                assert f"`{table}.{key}`" in section, f"{table}.{key}"
+    synthetic = next(line for line in section.splitlines() if line.startswith("| `[data.synthetic]`"))
+    assert all(f"`{key}`" in synthetic for key in SurgicalSynthetic.model_fields)
+    top = [key for key in SurgicalExperiment.model_fields if key not in ("data", "model", "train", "runtime", "deployment")]
+    assert all(f"`{key}`" in section for key in top)
