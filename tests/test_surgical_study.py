@@ -29,11 +29,12 @@ from fedcare.runtime.federation import Federation
 from fedcare.studies import run as run_module
 from fedcare.studies.registry import study_for
 from fedcare.studies.run import resume_study, run_study
-from fedcare.studies.surgical.aggregate import ALTV, EGOV, Run, Score, View, index_run, pooled_score, views_at
+from fedcare.studies.surgical.aggregate import (ALTV, EGOV, Run, Score, View, final_views, index_run, pooled_score,
+                                                views_at)
 from fedcare.studies.surgical.config import (SurgicalData, SurgicalExperiment, SurgicalModel, SurgicalSynthetic,
                                              SurgicalTrain)
 from fedcare.studies.surgical.models import WeightsError, build_model, load_weights
-from fedcare.studies.surgical.report import one_sided_p, orderings, stalled, table_a1
+from fedcare.studies.surgical.report import one_sided_p, orderings, stalled, table_a1, unsettled
 from fedcare.studies.surgical.updates import update_statistics
 
 CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2", "CHO3"]
@@ -171,6 +172,22 @@ def test_the_thesis_orderings_and_stalled_methods_are_read_from_the_records():
                   for m, losses in (("lot", (1.004, 1.0)), ("fedavg", (1.0, 0.8))) for r, loss in enumerate(losses, 1)]
     notes = stalled(run)
     assert len(notes) == 1 and notes[0].startswith("LOT: the training loss moved only from 1.004 (round 1) to 1.000")
+
+
+def test_an_ordering_within_the_last_rounds_swings_is_called_unsettled():
+    def scored(method, rnd, f1, **counts):
+        return {"type": "client_eval", "method": method, "seed": 0, "round": rnd, "client": "A", "f1/t": f1,
+                **{f"{k}/t": v for k, v in counts.items()}}
+
+    records = [{"type": "clients", "clients": {"A": {"train": 1, "test": 1}}, "tools": ["t"]}]
+    for rnd, (avg, prox) in enumerate(((0.5, 0.7), (0.9, 0.7), (0.5, 0.7), (0.7, 0.9)), 1):
+        records += [{**scored("lot", rnd, 2 / 3, tp=1, fp=1, fn=0), "model": "A"}, scored("fedavg", rnd, avg),
+                    scored("fedprox", rnd, prox)]
+    run = index_run(records)
+    views = final_views(run)
+    notes = unsettled(run, views)  # ALTV = 2/3; FedAvg ends 0.033 above it after swings of 0.4, FedProx 0.233 after 0.2
+    assert len(notes) == 1 and notes[0].startswith("FedAvg: its Table A.1 mean moved by up to 0.400")
+    assert "(+0.033)" in notes[0]
 
 
 # -- the model ----------------------------------------------------------------------------------

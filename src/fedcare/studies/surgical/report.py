@@ -5,7 +5,9 @@
     tables/table_a1.{csv,md}     Table A.1: final macro F1 per client test set (change vs ALTV), Mean, Var
     tables/table_a2.{csv,md}     Table A.2: final F1 per tool, macro mean (change vs ALTV), Var over tools
     tables/table_6_1.{csv,md}    Table 6.1: one-sided Mann-Whitney U p-values
-    tables/orderings.{csv,md}    the thesis's orderings checked on Table A.1's means (`orderings`)
+    tables/orderings.{csv,md}    the thesis's orderings checked on Table A.1's means (`orderings`); the
+                                 notes say which methods barely trained (`stalled`) and which orderings
+                                 are within the last rounds' swings (`unsettled`)
     plots/f1_per_round.png       global macro F1 per round, one line per view
     plots/f1_per_client.png      per client (Table A.1's columns) macro F1 per round, one panel per client
     plots/train_loss.png         mean training loss per round
@@ -202,6 +204,29 @@ def stalled(run: Run, tolerance: float = 0.01) -> list[str]:
     return out
 
 
+def unsettled(run: Run, views: Mapping[str, View]) -> list[str]:
+    """Notes on views whose Table A.1 mean moved between consecutive rounds, over the last
+    quarter of the run (at least 2 rounds), by more than its final distance to ALTV: which of
+    the two is ahead at the last round is then chance, not a finding."""
+    if ALTV not in views:
+        return []
+    mean = lambda view: float(np.mean([s.macro for s in view.local.values()]))  # noqa: E731
+    per_round = curves(run)
+    out = []
+    for name, view in views.items():
+        rounds = sorted(per_round.get(name, {}))
+        if name in (ALTV, EGOV) or len(rounds) < 3:
+            continue
+        last = [mean(per_round[name][r]) for r in rounds[-max(3, len(rounds) // 4 + 1):]]
+        swing = max(abs(b - a) for a, b in zip(last, last[1:]))
+        gap = mean(view) - mean(views[ALTV])
+        if swing > abs(gap):
+            out.append(f"{label(name)}: its Table A.1 mean moved by up to {swing:.3f} from one round to the next over "
+                       f"the last {len(last) - 1} rounds, more than its final distance to ALTV ({gap:+.3f}): which of "
+                       f"the two is ahead at the last round is not settled.")
+    return out
+
+
 # -- plots ----------------------------------------------------------------------------------
 def _panels(titles: Sequence[str], lines: Mapping[str, Mapping[str, Mapping[int, float]]], order: Sequence[str], *,
             ylabel: str, title: str, scale: float = 1.0, log: bool = False) -> bytes:
@@ -328,7 +353,7 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any], notes: list[str]) -
                            known_facts=[("study", "Study"), ("architecture", "Model"), ("rounds", "Rounds"),
                                         ("methods", "Methods"), ("seeds", "Seeds"), ("started", "Started"),
                                         ("finished", "Finished")],
-                           extra_facts=extra, notes=[*notes, *stalled(run)], sections=sections, plots=figures, captions=captions)
+                           extra_facts=extra, notes=[*notes, *stalled(run), *unsettled(run, views)], sections=sections, plots=figures, captions=captions)
     return write_report(run_dir, tables, figures, page)
 
 
@@ -342,9 +367,9 @@ def summary_markdown(run_dir: Path) -> str:
         parts.append(table_6_1(pvalues).markdown())
     if orderings(views):
         parts.append(table_orderings(views).markdown())
-    parts += [f"Note: {n}" for n in stalled(run)]
+    parts += [f"Note: {n}" for n in (*stalled(run), *unsettled(run, views))]
     return "\n".join(parts).rstrip()
 
 
-__all__ = ["build_report", "one_sided_p", "orderings", "p_values", "stalled", "summary_markdown", "table_6_1", "table_a1",
-           "table_a2"]
+__all__ = ["build_report", "one_sided_p", "orderings", "p_values", "stalled", "summary_markdown", "table_6_1",
+           "table_a1", "table_a2", "unsettled"]
