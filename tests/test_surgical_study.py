@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from fedcare.algorithms.messages import Message
 from fedcare.cli import app
-from fedcare.config import ConfigError, to_toml
+from fedcare.config import ConfigError, load_config, to_toml
 from fedcare.data.surgical import TOOLS, FrameCache, thesis_clients
 from fedcare.data.synthetic.surgical import generate_surgical
 from fedcare.deployment.app import check_experiment, client_app, run_experiment
@@ -374,6 +374,12 @@ def test_what_pools_data_is_refused_across_sites(tmp_path, change, message):
         check_experiment(SurgicalExperiment.model_validate(raw), "surgical.toml")
     check_experiment(SurgicalExperiment.model_validate({**raw, "methods": ["fedavg", "lot"], "train": {}}),
                      "surgical.toml")  # LOT and the FL methods run across sites
+
+
+def test_the_shipped_sites_config_runs_across_sites_with_a_site_per_client():
+    config = load_config(Path(__file__).parents[1] / "configs" / "surgical" / "sites.toml")
+    check_experiment(config, "sites.toml")
+    assert sorted(config.deployment.sites.values()) == sorted(CLIENTS) and "cent" not in config.methods
 
 
 def test_a_site_reads_its_own_copy_and_says_what_is_missing(synth, cache, tmp_path):
