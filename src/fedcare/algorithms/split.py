@@ -45,10 +45,15 @@ class ParameterSplit:
         return [(path, module) for path, module in modules.items() if self.is_shared(path, module)]
 
     def shared_keys(self, model: nn.Module) -> list[str]:
+        """The state-dict keys of the shared modules' parameters and buffers; non-persistent
+        buffers (constants such as a normalisation's mean and std) are not in the state dict
+        and never travel."""
         keys = []
         for path, module in self.shared_modules(model):
+            skip = module._non_persistent_buffers_set
             for name, _ in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
-                keys.append(f"{path}.{name}" if path else name)
+                if name not in skip:
+                    keys.append(f"{path}.{name}" if path else name)
         return keys
 
     def private_keys(self, model: nn.Module) -> list[str]:

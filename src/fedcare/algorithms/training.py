@@ -82,15 +82,21 @@ class OneCycle:
     `rounds` = 1: one cycle per local training run. `rounds` = R: one cycle over R runs of the
     same length, round r (1-based) continuing where round r - 1 ended, so a client's learning
     rate rises and decays over the whole federated training (or over a centralized run of R
-    epochs). Rounds after R stay at the cycle's last round."""
+    epochs). Rounds after R stay at the cycle's last round.
+
+    `cycle_momentum` is torch's option: True (torch's default) also cycles the momentum
+    between 0.95 and 0.85 (SGD's `momentum`, Adam's beta1), which turns SGD(momentum=0) into
+    momentum SGD; False leaves the optimizer's momentum as it was built."""
 
     pct_start: float = 0.3
     rounds: int = 1
+    cycle_momentum: bool = True
 
     def __call__(self, optimizer: torch.optim.Optimizer, steps: int, round: int = 1) -> torch.optim.lr_scheduler.LRScheduler:
         peaks = [group["lr"] for group in optimizer.param_groups]
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=peaks, total_steps=steps * self.rounds,
-                                                        pct_start=self.pct_start)
+                                                        pct_start=self.pct_start,
+                                                        cycle_momentum=self.cycle_momentum)
         with warnings.catch_warnings():  # moving to this round's start before any optimizer step
             warnings.simplefilter("ignore", UserWarning)
             for _ in range((min(max(round, 1), self.rounds) - 1) * steps):
