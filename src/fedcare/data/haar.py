@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
