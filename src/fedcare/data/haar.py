@@ -255,7 +255,8 @@ class HaarCascade:
     def _stage_offsets(self, stride: int) -> list[tuple[np.ndarray, ...]]:
         """Per stage, for images whose integral has row length `stride`: the distinct corner
         offsets its features read (U,), the matrix (U, stumps) that turns those corner values
-        into feature values (+-rect weight per corner), and the stumps' thresholds and leaves."""
+        into feature values (+-rect weight per corner), the stumps' thresholds, and their leaves as
+        (left - right, sum of right): a stage's score is ``(value < threshold) @ (left - right) + sum(right)``."""
         cached = self._offsets_cache.get(stride)
         if cached is not None:
             return cached
@@ -273,8 +274,8 @@ class HaarCascade:
             stump = np.broadcast_to(np.arange(size)[:, None], used.shape)[used]  # (m,)
             coef = (c.weights[f][used][:, None] * sign[None]).ravel()  # (m*4,)
             np.add.at(matrix, (inverse, np.repeat(stump, 4)), coef)
-            out.append((uniq.astype(np.intp), matrix, c.threshold[start : start + size],
-                        c.left[start : start + size], c.right[start : start + size]))
+            left, right = c.left[start : start + size], c.right[start : start + size]
+            out.append((uniq.astype(np.intp), matrix, c.threshold[start : start + size], left - right, right.sum()))
             start += size
         self._offsets_cache[stride] = out
         return out
@@ -332,9 +333,9 @@ class HaarCascade:
         stages = self._stage_offsets(stride)
 
         def stage_pass(k: int, b: np.ndarray, norm: np.ndarray) -> np.ndarray:
-            offsets, matrix, thr, left, right = stages[k]
+            offsets, matrix, thr, left_minus_right, right_sum = stages[k]
             value = (np.take(flat32, b[:, None] + offsets[None]) @ matrix) * norm[:, None]
-            score = np.where(value < thr[None], left[None], right[None]).sum(1)
+            score = (value < thr[None]).astype(np.float64) @ left_minus_right + right_sum
             return score >= c.stage_thresholds[k]
 
         # stage 0 on every valid window, then OpenCV's skip-after-reject scan order
