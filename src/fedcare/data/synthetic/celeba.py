@@ -93,11 +93,11 @@ VISUAL_ATTRIBUTES: tuple[str, ...] = (
 
 # Probabilities of the identity-level draws (documented in the module docstring).
 IDENTITY_RATES = {
-    "male": 0.5, "young": 0.55, "grey_if_old": 0.45, "bald_old_male": 0.3, "bald_young_male": 0.05,
+    "male": 0.5, "young": 0.55, "grey_if_old": 0.5, "bald_old_male": 0.3, "bald_young_male": 0.05,
     "hair_female": (0.3, 0.3, 0.35, 0.05), "hair_male": (0.4, 0.4, 0.12, 0.08),  # black, brown, blond, red
     # male facial hair: none, goatee, moustache, beard, beard + moustache
     "facial_hair": (0.42, 0.16, 0.14, 0.14, 0.14),
-    "chubby": 0.18, "oval": 0.37, "glasses_wearer": 0.25, "hat_lover": 0.15,
+    "chubby": 0.18, "oval": 0.37, "glasses_young": 0.2, "glasses_old": 0.4, "hat_lover": 0.15,
 }
 
 _HAIR_BGR = {"black": (28, 28, 34), "brown": (32, 55, 92), "blond": (80, 150, 200), "grey": (168, 168, 172),
@@ -161,7 +161,7 @@ def identity_traits(identity: int, seed: int) -> dict:
         "hair": colour,
         "rosy": bool(u[10] < (0.08 if male else 0.45)),
         "lipstick": (not male) and bool(u[11] < 0.7),
-        "glasses": bool(u[12] < R["glasses_wearer"]),
+        "glasses": bool(u[12] < (R["glasses_young"] if young else R["glasses_old"])),
         "hat_rate": 0.5 if u[13] < R["hat_lover"] else 0.1,
         "smile_rate": 0.3 + 0.4 * float(u[30]),
         "hair_shade": 0.85 + 0.3 * float(u[31]),
