@@ -671,9 +671,10 @@ class FaceCropper:
         total = int(sum(len(ds.rows_by_identity[int(i)]) for i in people))
         entries: dict[int, _Entry] = {}
         done = 0
-        from threadpoolctl import threadpool_limits
+        from fedcare.data.haar import single_blas_thread
 
-        with _quiet_opencv(), threadpool_limits(1, user_api="blas"), \
+        # one BLAS thread for the whole pass (set once: the detector threads then never fight over it)
+        with _quiet_opencv(), single_blas_thread(), \
                 ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="fedcare-faces") as pool:
             if progress is not None:
                 progress(0, total)

@@ -52,6 +52,18 @@ _BUNDLED = Path(__file__).parent / "cascades" / CASCADE_NAME
 GROUP_EPS = 0.2
 
 
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def single_blas_thread():
+    """Context manager: BLAS runs single-threaded inside (threadpoolctl)."""
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
 def opencv_has_cascade() -> bool:
     """True when the installed OpenCV has ``cv2.CascadeClassifier`` (OpenCV 4.x)."""
     return hasattr(cv2, "CascadeClassifier")
@@ -247,7 +259,10 @@ class HaarCascade:
             found = self._cv.detectMultiScale(grey, scaleFactor=scale_factor, minNeighbors=min_neighbors,
                                               minSize=(min_size, min_size), maxSize=(max_size, max_size))
             return np.asarray(found, np.int64).reshape(-1, 4)
-        hits = self._candidates(grey, scale_factor, min_size, max_size)
+        # one BLAS thread: the matrices are small, and threads fighting over 2 cores made a
+        # detection 50x slower on a busy machine
+        with single_blas_thread():
+            hits = self._candidates(grey, scale_factor, min_size, max_size)
         return group_rectangles(hits, min_neighbors)
 
     # ------------------------------------------------------------------ NumPy port
