@@ -274,6 +274,8 @@ def test_haar_crops_and_drops_images_without_a_face(tmp_path, cropped, cache):
     gds = load_celeba(grey)
     gfaces = FaceCropper(cache_dir=cache).faces(gds)
     assert len(gfaces.rows) == 0 and gfaces.no_face.tolist() == [0] and gfaces.detection_rate == 0.0
+    again = FaceCropper(cache_dir=cache)
+    assert again.faces(gds).no_face.tolist() == [0] and again.stats.decoded == 0  # "no face" is cached too
     with pytest.raises(KeyError, match="no face"):
         gfaces.images([0])
 
