@@ -26,6 +26,7 @@ DEFAULT_STUDY = "pain"  # run directories and experiment files from before a sec
 BUILT_IN = {
     "pain": "fedcare.studies.pain",
     "fedhealth2": "fedcare.studies.fedhealth2",
+    "facerec": "fedcare.studies.facerec",
 }
 ENVIRONMENT = "FEDCARE_STUDIES"
 

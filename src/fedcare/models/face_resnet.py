@@ -1,0 +1,74 @@
+"""The facerec thesis's model (Table 4.4): torchvision ResNet-18 (its 1000-d output kept) ->
+Linear 1000 -> 512 (the embedding) -> ArcFace head (s = 8, m = 0.5) over the identities.
+
+`forward` returns the embedding; the head is used by the loss only (`arcface_loss`), so
+verification compares embeddings by cosine similarity. The head's weight has one row per
+identity: the global head (every client's identities, shared) or a client's local head (its
+own identities, private). A local head's size differs per client, so the model declares it in
+`client_sized`: `fedcare.algorithms.split.load_tensors` lets those tensors take the shape a
+client's state gives them, on every runtime.
+
+ArcFace (Deng et al. 2019) with the standard non-target logits s·cos θ_j: the thesis's Eq. 2.4
+also adds the margin to the non-target classes, a typo (reference note §3)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torchvision
+from torch import nn
+from torch.nn import functional as F
+
+EMBEDDING = 512
+HEAD_WEIGHT = "head.weight"
+
+
+class ArcFaceHead(nn.Module):
+    """One unit-normalised direction per identity (rows of `weight`)."""
+
+    def __init__(self, classes: int, dim: int = EMBEDDING, generator: torch.Generator | None = None):
+        super().__init__()
+        self.weight = nn.Parameter(init_head(classes, dim, generator))
+
+
+def init_head(classes: int, dim: int = EMBEDDING, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Xavier-uniform rows (ArcFace implementations' choice), drawn from `generator`."""
+    bound = math.sqrt(6.0 / (classes + dim)) if classes else 0.0
+    return (torch.rand(classes, dim, generator=generator) * 2 - 1) * bound
+
+
+class FaceResNet(nn.Module):
+    client_sized = (HEAD_WEIGHT,)  # state-dict keys whose shape is a client's (a local head)
+
+    def __init__(self, classes: int, weights: str | None = None):
+        super().__init__()
+        self.backbone = torchvision.models.resnet18()  # random init; `weights`: a local file to start from
+        if weights:
+            self.backbone.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        self.embedding = nn.Linear(1000, EMBEDDING)
+        self.head = ArcFaceHead(classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.embedding(self.backbone(x))
+
+
+def arcface_logits(embeddings: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, scale: float = 8.0,
+                   margin: float = 0.5, present: torch.Tensor | None = None) -> torch.Tensor:
+    """s·cos(θ_y + m) for the true class, s·cos θ_j for the others; classes not in `present`
+    (a bool mask: the global head's classes absent from this client) get −∞ (thesis Eq. 3.2-3.3)."""
+    cosine = F.linear(F.normalize(embeddings), F.normalize(weight)).clamp(-1 + 1e-7, 1 - 1e-7)
+    target = F.one_hot(y, cosine.shape[1]).bool()
+    logits = scale * torch.where(target, torch.cos(torch.acos(cosine) + margin), cosine)
+    if present is not None:
+        logits = logits.masked_fill(~present, float("-inf"))
+    return logits
+
+
+def arcface_loss(scale: float = 8.0, margin: float = 0.5, present: torch.Tensor | None = None):
+    """(model, x, y) -> the ArcFace cross-entropy of a batch (a `BatchLoss`)."""
+
+    def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(arcface_logits(model(x), model.head.weight, y, scale, margin, present), y)
+
+    return loss

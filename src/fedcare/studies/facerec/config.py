@@ -1,0 +1,86 @@
+"""The face-verification study's experiment file (configs/facerec/*.toml); unknown or mistyped
+keys are errors naming the key. Defaults are the Hess thesis's protocol (reference note §3-§4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fedcare.config import DataSource, Experiment, Strict
+
+# "<algorithm>[-local]": FedAvg ("fedavg") or federated HF-MAML ("hfmaml"), with the global
+# ArcFace head (shared, every client's identities) or "-local" (each client's own, private)
+FACEREC_METHODS = ("fedavg", "fedavg-local", "hfmaml", "hfmaml-local")
+
+
+class FacerecSynthetic(Strict):
+    """A synthetic CelebA copy generated into the run directory (`fedcare data synth celeba`)."""
+
+    seed: int = 0
+    identities: int = Field(300, ge=2)
+    images_per_identity: int = Field(20, ge=2)
+
+
+class FacerecData(DataSource):
+    root: Path | None = None  # a CelebA copy (relative to the config's folder)
+    synthetic: FacerecSynthetic | None = None
+    partition: Literal["equal", "lognormal", "attribute"] = "lognormal"
+    partition_seed: int = 0  # the partition is fixed over runs (thesis: same seed for all runs)
+    identities: int = Field(1500, ge=2)  # equal / lognormal: identities over all clients
+    clients: int = Field(20, ge=2)  # equal / lognormal (attribute: Table 4.1's 20 clients)
+    attribute_scale: float = Field(1.0, gt=0)  # attribute: Table 4.1 sizes x this
+    image_size: int = Field(128, ge=16)  # the face crops' side (thesis 128)
+    detector_scale_factor: float = Field(1.1, gt=1.0)  # Haar pyramid step (1.1: OpenCV's default)
+    detector_min_size: int = Field(48, ge=16)  # smallest face side in pixels
+    cache: Path | None = None  # the face-crop cache folder; none: ~/.cache/fedcare/celeba-faces
+
+
+class FacerecProtocol(Strict):
+    unseen: list[int] = Field(default_factory=lambda: [16, 17, 18, 19, 20])  # never train: tuning and evaluation only
+    rounds: int = Field(30, ge=1)
+    paths: int = Field(5, ge=1)  # evaluation paths per trained model (thesis: 5)
+    genuine_pairs: int = Field(1000, ge=1)
+    impostor_pairs: int = Field(1000, ge=1)
+    far: float = Field(0.1, gt=0, lt=1)
+
+
+class FacerecTrain(Strict):
+    lr: float = Field(0.01, gt=0)  # SGD, FedAvg's local steps and tuning
+    momentum: float = Field(0.9, ge=0, lt=1)
+    batch_size: int = Field(64, ge=2)
+    local_steps: int = Field(50, ge=1)  # batches per round (HF-MAML: steps of three batches)
+    local_unit: Literal["batches", "epochs"] = "batches"  # "epochs": the literal reading, local_steps passes over the data
+    tune_steps: int = Field(10, ge=0)  # tuning batches before evaluation (thesis: 10 of 64)
+    arcface_scale: float = Field(8.0, gt=0)
+    arcface_margin: float = Field(0.5, ge=0)
+    aggregation: Literal["examples", "uniform"] = "examples"  # n_k / sum n_i (thesis Algorithm 6)
+    weights: Path | None = None  # a ResNet-18 state dict (torchvision keys) to start from; none: random
+
+
+class FacerecOptions(Strict):
+    hfmaml_alpha: float = Field(0.01, gt=0)  # Table 4.5
+    hfmaml_beta: float = Field(0.1, gt=0)
+    hfmaml_delta: float = Field(0.001, gt=0)
+
+
+class FacerecExperiment(Experiment):
+    title: str = "fedcare face-verification study (Hess)"
+    study: Literal["facerec"]
+    seeds: list[int] = Field(default_factory=lambda: list(range(10)), min_length=1)  # thesis: 10 runs
+    methods: list[Literal[FACEREC_METHODS]] = Field(min_length=1)  # type: ignore[valid-type]
+    data: FacerecData
+    protocol: FacerecProtocol = FacerecProtocol()
+    train: FacerecTrain = FacerecTrain()
+    options: FacerecOptions = FacerecOptions()
+
+    @model_validator(mode="after")
+    def _unseen_are_clients(self) -> "FacerecExperiment":
+        clients = 20 if self.data.partition == "attribute" else self.data.clients
+        bad = [c for c in self.protocol.unseen if not 1 <= c <= clients]
+        if bad:
+            raise ValueError(f"protocol.unseen: {bad} are not clients (1..{clients})")
+        if len(set(self.protocol.unseen)) >= clients:
+            raise ValueError("protocol.unseen: at least one client must train")
+        return self

@@ -1,0 +1,124 @@
+"""The face-verification study (Hess): TAR@FAR against scikit-learn's ROC, ArcFace logits by
+hand, client-sized local heads, and a small end-to-end run on synthetic CelebA in which the
+unseen clients never receive a training message."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_curve
+
+from fedcare.algorithms.split import load_tensors
+from fedcare.data.synthetic.celeba import generate_celeba
+from fedcare.evaluation.verification import pairs_tar_at_far, sample_pairs, tar_at_far
+from fedcare.models.face_resnet import FaceResNet, arcface_logits
+from fedcare.runtime.clients import LocalClients
+from fedcare.studies.facerec.config import FacerecExperiment
+from fedcare.studies.run import run_study
+
+
+@pytest.mark.parametrize("seed, far", [(0, 0.1), (1, 0.1), (2, 0.05), (3, 0.3)])
+def test_tar_at_far_is_the_roc_point_scikit_learn_finds(seed, far):
+    rng = np.random.default_rng(seed)
+    genuine, impostor = rng.normal(1.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000)
+    tar, reached, threshold = tar_at_far(genuine, impostor, far)
+    fpr, tpr, _ = roc_curve(np.r_[np.ones(1000), np.zeros(1000)], np.r_[genuine, impostor], drop_intermediate=False)
+    assert reached <= far and reached > far - 0.002  # the FAR reached: at most the target, within one impostor
+    assert tar == pytest.approx(tpr[fpr <= reached + 1e-12].max())  # the ROC's best TAR at that FAR
+    assert (impostor > threshold).mean() == reached
+
+
+def test_sampled_pairs_are_genuine_and_impostor_and_score_by_cosine():
+    y = np.array([0, 0, 0, 1, 1, 2])  # identity 2 has a single image: never the d of a genuine pair
+    genuine, impostor = sample_pairs(y, np.random.default_rng(0), 200, 300)
+    assert genuine.shape == (200, 2) and impostor.shape == (300, 2)
+    assert (y[genuine[:, 0]] == y[genuine[:, 1]]).all() and (genuine[:, 0] != genuine[:, 1]).all()
+    assert (y[impostor[:, 0]] != y[impostor[:, 1]]).all() and 5 not in genuine
+    e = torch.tensor([[1.0, 0], [2, 0], [1, 0.1], [0, 1], [0, 3], [-1, 0]])
+    result = pairs_tar_at_far(e, genuine, impostor, 0.1)
+    cos = torch.nn.functional.normalize(e, dim=1) @ torch.nn.functional.normalize(e, dim=1).T
+    expected = tar_at_far(cos[genuine[:, 0], genuine[:, 1]].numpy(), cos[impostor[:, 0], impostor[:, 1]].numpy())
+    assert result["tar"] == pytest.approx(expected[0]) and result["threshold"] == pytest.approx(expected[2])
+
+
+def test_arcface_logits_by_hand():
+    e = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    w = torch.tensor([[1.0, 0.0], [0.0, 2.0], [-1.0, 1.0]])
+    y = torch.tensor([1, 0])
+    s, m = 8.0, 0.5
+    logits = arcface_logits(e, w, y, s, m)
+    cos = [[0.6, 0.8, 1 / (5 * math.sqrt(2))], [1.0, 0.0, -1 / math.sqrt(2)]]
+    expected = [[s * cos[0][0], s * math.cos(math.acos(0.8) + m), s * cos[0][2]],  # standard ArcFace: no margin
+                [s * math.cos(math.acos(1 - 1e-7) + m), s * 0.0, s * cos[1][2]]]   # on the non-target classes
+    assert torch.allclose(logits, torch.tensor(expected), atol=2e-4)  # float32 acos near 1
+    masked = arcface_logits(e, w, y, s, m, present=torch.tensor([True, True, False]))
+    assert torch.isinf(masked[:, 2]).all() and torch.allclose(masked[:, :2], logits[:, :2])
+
+
+def test_a_local_head_takes_each_clients_size_and_other_shapes_stay_errors():
+    model = FaceResNet(0)
+    load_tensors(model, {"head.weight": torch.ones(7, 512)})
+    assert model.head.weight.shape == (7, 512) and isinstance(model.head.weight, torch.nn.Parameter)
+    assert model.state_dict()["head.weight"].sum() == 7 * 512
+    with pytest.raises(RuntimeError):
+        load_tensors(model, {"embedding.bias": torch.ones(3)})  # not client-sized: a shape mismatch is an error
+
+
+@pytest.fixture(scope="module")
+def celeba(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("facerec") / "celeba"
+    generate_celeba(root, seed=0, identities=16, images_per_identity=12, workers=1)
+    return root
+
+
+def small_config(root: Path, cache: Path, methods=("fedavg-local", "hfmaml"), **train) -> FacerecExperiment:
+    return FacerecExperiment.model_validate({
+        "study": "facerec", "seeds": [0], "methods": list(methods),
+        "data": {"root": str(root), "partition": "equal", "identities": 12, "clients": 4, "image_size": 16,
+                 "detector_scale_factor": 1.2, "detector_min_size": 64, "cache": str(cache)},
+        "protocol": {"unseen": [4], "rounds": 2, "paths": 2, "genuine_pairs": 50, "impostor_pairs": 50},
+        "train": {"batch_size": 4, "local_steps": 2, "tune_steps": 2, **train},
+        "runtime": {"threads": 1},
+    })
+
+
+def records(run_dir: Path, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["type"] == kind]
+
+
+def test_small_run_end_to_end_unseen_clients_never_train(celeba, tmp_path, monkeypatch):
+    fitted, heads = [], {}
+    fit = LocalClients.fit
+
+    def spy(self, phase, rnd, work):
+        fitted.extend(work)
+        replies = fit(self, phase, rnd, work)
+        local = self.half.split.private_paths == ("head",)
+        for c, reply in replies.items():
+            assert ("head.weight" in reply.tensors) != local  # a local head never leaves the client
+            if local:
+                heads[c] = tuple(self.runners[c].state["head.weight"].shape)
+        return replies
+
+    monkeypatch.setattr(LocalClients, "fit", spy)
+    run = run_study(small_config(celeba, tmp_path / "cache"), tmp_path / "run")
+    assert set(fitted) == {1, 2, 3}  # client 4 is unseen: no training message ever
+    evals = records(run, "client_eval")
+    assert {(r["method"], r["client"], r["path"]) for r in evals} == {
+        (m, c, p) for m in ("fedavg-local", "hfmaml") for c in (1, 2, 3, 4) for p in (1, 2)}
+    for r in evals:  # a test split with one image per identity has no genuine pair: TAR is undefined (null)
+        scored = r["genuine_pairs"] == 50
+        assert scored == (r["tar_global"] is not None) == (r["tar_tuned"] is not None)
+        assert not scored or (0 <= r["tar_global"] <= 1 and 0 <= r["tar_tuned"] <= 1)
+    assert sum(r["genuine_pairs"] == 50 for r in evals) >= len(evals) // 2
+    # local heads: each training client's own size (3 identities each here), never in a reply
+    assert heads == {c: (3, 512) for c in (1, 2, 3)}
+    report = (run / "tables" / "tar.md").read_text()
+    assert "trained clients: global" in report and "unseen clients: tuned" in report and "hfmaml" in report
+    info = json.loads((run / "run.json").read_text())
+    assert info["unseen"] == [4] and info["training_clients"] == [1, 2, 3]
