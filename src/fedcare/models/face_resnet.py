@@ -65,10 +65,20 @@ def arcface_logits(embeddings: torch.Tensor, weight: torch.Tensor, y: torch.Tens
     return logits
 
 
-def arcface_loss(scale: float = 8.0, margin: float = 0.5, present: torch.Tensor | None = None):
-    """(model, x, y) -> the ArcFace cross-entropy of a batch (a `BatchLoss`)."""
+class ArcFaceLoss:
+    """(model, x, y) -> the ArcFace cross-entropy of a batch (a `BatchLoss`); `embedded` takes
+    embeddings already computed (a loss that adds a term on the same embeddings)."""
 
-    def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(arcface_logits(model(x), model.head.weight, y, scale, margin, present), y)
+    def __init__(self, scale: float = 8.0, margin: float = 0.5, present: torch.Tensor | None = None):
+        self.scale, self.margin, self.present = scale, margin, present
 
-    return loss
+    def embedded(self, model: nn.Module, embeddings: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = arcface_logits(embeddings, model.head.weight, y, self.scale, self.margin, self.present)
+        return F.cross_entropy(logits, y)
+
+    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.embedded(model, model(x), y)
+
+
+def arcface_loss(scale: float = 8.0, margin: float = 0.5, present: torch.Tensor | None = None) -> ArcFaceLoss:
+    return ArcFaceLoss(scale, margin, present)

@@ -10,9 +10,11 @@ from pydantic import Field, model_validator
 
 from fedcare.config import DataSource, Experiment, Strict
 
-# "<algorithm>[-local]": FedAvg ("fedavg") or federated HF-MAML ("hfmaml"), with the global
-# ArcFace head (shared, every client's identities) or "-local" (each client's own, private)
-FACEREC_METHODS = ("fedavg", "fedavg-local", "hfmaml", "hfmaml-local")
+# "<algorithm>[-variant]": FedAvg ("fedavg") or federated HF-MAML ("hfmaml") with the global
+# ArcFace head (shared, every client's identities), "-local" (each client's own head, private),
+# "-reg" (embedding regularisation, the thesis's "Penalty") or "-fair" (q-FedAvg, "Fair")
+FACEREC_METHODS = ("fedavg", "fedavg-local", "fedavg-reg", "fedavg-fair",
+                   "hfmaml", "hfmaml-local", "hfmaml-reg", "hfmaml-fair")
 
 
 class FacerecSynthetic(Strict):
@@ -63,6 +65,10 @@ class FacerecOptions(Strict):
     hfmaml_alpha: float = Field(0.01, gt=0)  # Table 4.5
     hfmaml_beta: float = Field(0.1, gt=0)
     hfmaml_delta: float = Field(0.001, gt=0)
+    reg_c: float = Field(10.0, ge=0)  # embedding regularisation weight C (thesis §4.7)
+    qfedavg_q: float = Field(0.001, ge=0)  # thesis §2.5
+    qfedavg_lipschitz: float = Field(100.0, gt=0)  # L (1 / lr)
+    qfedavg_weighting: Literal["uniform", "examples"] = "uniform"  # q-FFL's sum over clients (see algorithms/qfedavg.py)
 
 
 class FacerecExperiment(Experiment):

@@ -7,14 +7,30 @@ tuned evaluation).
 - hfmaml: federated HF-MAML = the library's Per-FedAvg (α, β, δ of Table 4.5), `local_steps`
   steps of three batches each.
 - "-local": the ArcFace head (`head`) stays at the client; otherwise it is shared and averaged
-  like the backbone, and each client's loss masks the classes it does not hold (Eq. 3.2-3.3)."""
+  like the backbone, and each client's loss masks the classes it does not hold (Eq. 3.2-3.3).
+- "-reg" (the thesis's "Penalty"): embedding regularisation, Eq. 3.4: the loss plus
+  C (1 − cos(f_emb^global(x), f_emb^local(x))), f_emb^global the embedding that the model
+  received this round gives the batch (a frozen copy, in training mode like the model trained,
+  no gradient), C = `options.reg_c` (10). With HF-MAML the thesis puts the term in the inner
+  step only (Algorithm 6); the library's meta step takes one loss, so here it is in all three
+  gradients of a step (a deviation, README).
+- "-fair": q-FedAvg (q = 0.001, L = 100) around the algorithm's client training: the client
+  also sends its ArcFace loss at the received model, the server takes the q-FFL step.
+Regularised and fair variants use the global head (the thesis compares them with it)."""
 
 from __future__ import annotations
 
-import torch
+import copy
+from dataclasses import replace
 
-from fedcare.algorithms import Algorithm, perfedavg
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fedcare.algorithms import Algorithm
 from fedcare.algorithms.base import ClientHalf, ServerHalf
+from fedcare.algorithms.perfedavg import PerFedAvgClient
+from fedcare.algorithms.qfedavg import QFedAvgClient, QFedAvgServer
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
 from fedcare.algorithms.training import SGD, ClientData, Randomness, TrainSettings, train_steps
 from fedcare.models.face_resnet import arcface_loss
@@ -68,21 +84,61 @@ class StepsClient(ClientHalf):
         return self.outgoing(model, len(data), loss)
 
 
+class QStepsClient(QFedAvgClient, StepsClient):
+    """q-FedAvg's client (F_k at the received model) around FedAvg's local batches."""
+
+
+class QPerFedAvgClient(QFedAvgClient, PerFedAvgClient):
+    """q-FedAvg's client (F_k at the received model) around HF-MAML's local steps."""
+
+
+class Regularised(ClientHalf):
+    """An algorithm's client half trained on the loss plus Eq. 3.4's embedding term."""
+
+    def __init__(self, inner: ClientHalf, c: float):
+        super().__init__(inner.settings, inner.split)
+        self.inner, self.c = inner, c
+
+    def fit(self, model, message, state, data, rng):
+        received = copy.deepcopy(self.inner.load(model, message, state)).train()
+        for p in received.parameters():
+            p.requires_grad_(False)
+        arcface = self.settings.batch_loss(data)
+
+        def loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            emb = m(x)
+            with torch.no_grad():
+                reference = received(x)
+            return arcface.embedded(m, emb, y) + self.c * (1 - F.cosine_similarity(emb, reference, dim=1).mean())
+
+        inner_settings = self.inner.settings
+        self.inner.settings = replace(inner_settings, loss=lambda _: loss)
+        try:
+            return self.inner.fit(model, message, state, data, rng)
+        finally:
+            self.inner.settings = inner_settings
+
+
 def make_algorithm(method: str, config: FacerecExperiment) -> Algorithm:
     t, o, p = config.train, config.options, config.protocol
     s = settings(config)
     split = ParameterSplit(private_paths=(HEAD,)) if labels_of(method) == "local" else SHARE_ALL
-    base = method.removesuffix("-local")
+    base, _, variant = method.partition("-")
+    server = ServerHalf(split, t.aggregation)
+    if variant == "fair":
+        server = QFedAvgServer(o.qfedavg_q, o.qfedavg_lipschitz, o.qfedavg_weighting, split)
     if base == "fedavg":
         if t.local_unit == "epochs":
-            algo = Algorithm(method, ClientHalf(s, split), ServerHalf(split, t.aggregation))
+            client = (QFedAvgClient if variant == "fair" else ClientHalf)(s, split)
         else:
-            algo = Algorithm(method, StepsClient(s, split, t.local_steps), ServerHalf(split, t.aggregation))
+            client = (QStepsClient if variant == "fair" else StepsClient)(s, split, t.local_steps)
     elif base == "hfmaml":
-        algo = perfedavg(s, alpha=o.hfmaml_alpha, beta=o.hfmaml_beta, delta=o.hfmaml_delta,
-                         steps_per_round=t.local_steps, head_paths=(HEAD,) if split is not SHARE_ALL else None,
-                         weighting=t.aggregation)
+        client = (QPerFedAvgClient if variant == "fair" else PerFedAvgClient)(
+            s, split, alpha=o.hfmaml_alpha, beta=o.hfmaml_beta, delta=o.hfmaml_delta, steps_per_round=t.local_steps,
+            first_order=False)
     else:
         raise ValueError(f"unknown facerec method {method!r}")
-    client = FaceClient(algo.client, s, t.tune_steps, p.genuine_pairs, p.impostor_pairs, p.far)
-    return Algorithm(method, client, algo.server)
+    if variant == "reg":
+        client = Regularised(client, o.reg_c)
+    face = FaceClient(client, s, t.tune_steps, p.genuine_pairs, p.impostor_pairs, p.far)
+    return Algorithm(method, face, server)
