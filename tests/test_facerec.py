@@ -168,3 +168,32 @@ def test_q_fedavg_gets_the_arcface_loss_at_the_received_model():
     after = federation.server.aggregate(federation.global_message, replies)
     mean = plain.server.aggregate(plain.global_message, replies)
     assert not torch.equal(after.tensors["embedding.weight"], mean.tensors["embedding.weight"])
+
+
+@pytest.mark.parametrize("break_it, pattern", [
+    (lambda root: (root / "identity_CelebA.txt").unlink(), r"identity_CelebA\.txt: identity file missing"),
+    (lambda root: (root / "list_attr_celeba.txt").write_text(
+        (root / "list_attr_celeba.txt").read_text().replace(" 1\n", "\n", 1)), r"list_attr_celeba\.txt:\d+: expected 41 fields"),
+])
+def test_fedcare_run_names_the_bad_file_in_one_line(celeba, tmp_path, break_it, pattern):
+    import re
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from fedcare.cli import app
+    from fedcare.config import to_toml
+
+    root = tmp_path / "celeba"
+    shutil.copytree(celeba, root)
+    break_it(root)
+    (tmp_path / "x.toml").write_text(to_toml(small_config(root, tmp_path / "cache")))
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "x.toml"), "--out", str(tmp_path / "run")])
+    assert result.exit_code != 0 and re.search(pattern, result.output)
+    assert "Traceback" not in result.output
+
+
+def test_an_unseen_client_outside_the_partition_is_a_config_error_naming_the_key(tmp_path):
+    with pytest.raises(ValueError, match=r"protocol\.unseen: \[9\] are not clients \(1\.\.4\)"):
+        FacerecExperiment.model_validate({**small_config(tmp_path, tmp_path).model_dump(mode="json"),
+                                          "protocol": {"unseen": [9]}})

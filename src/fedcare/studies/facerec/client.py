@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 from torch import nn
 
@@ -73,11 +74,13 @@ class FaceClient(ClientHalf):
         model = self.load(model, message, self.own_head(state, tune, rng))
         genuine, impostor = sample_pairs(data.y.numpy(), numpy_rng(rng.seed, "pairs", rng.client, path),
                                          self.genuine, self.impostor)
+        counts = {"n": len(data), "path": path, "genuine_pairs": len(genuine), "impostor_pairs": len(impostor)}
+        if not len(genuine) or not len(impostor) or len(tune) < 2:  # nothing to score or to tune on: undefined
+            return {**counts, **dict.fromkeys(("tar_global", "tar_tuned", "far_global", "far_tuned"), math.nan)}
         task = self.settings.task
         before = pairs_tar_at_far(predict(model, data, task)[0], genuine, impostor, self.far)
         tuned = adapt(copy.deepcopy(model), tune, self.tune, steps=self.tune_steps,
                       generator=torch_generator(rng.seed, "tune", rng.client, path))
         after = pairs_tar_at_far(predict(tuned, data, task)[0], genuine, impostor, self.far)
-        return {"n": len(data), "path": path, "genuine_pairs": len(genuine), "impostor_pairs": len(impostor),
-                "tar_global": before["tar"], "tar_tuned": after["tar"], "far_global": before["far"],
+        return {**counts, "tar_global": before["tar"], "tar_tuned": after["tar"], "far_global": before["far"],
                 "far_tuned": after["far"]}
