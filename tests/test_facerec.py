@@ -22,6 +22,15 @@ from fedcare.studies.facerec.config import FacerecExperiment
 from fedcare.studies.run import run_study
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread (as the runs' runtime.threads): on 2 shared cores two threads spin."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("seed, far", [(0, 0.1), (1, 0.1), (2, 0.05), (3, 0.3)])
 def test_tar_at_far_is_the_roc_point_scikit_learn_finds(seed, far):
     rng = np.random.default_rng(seed)
@@ -197,3 +206,28 @@ def test_an_unseen_client_outside_the_partition_is_a_config_error_naming_the_key
     with pytest.raises(ValueError, match=r"protocol\.unseen: \[9\] are not clients \(1\.\.4\)"):
         FacerecExperiment.model_validate({**small_config(tmp_path, tmp_path).model_dump(mode="json"),
                                           "protocol": {"unseen": [9]}})
+
+
+def test_fedfr_keeps_both_heads_and_its_previous_model_and_its_terms_by_hand():
+    from fedcare.models.face_resnet import BinaryHead, binary_loss, moon_contrastive
+    from fedcare.studies.facerec.methods import PREVIOUS
+
+    federation, data = _federation("fedfr")
+    for rnd in (1, 2):
+        replies = federation.clients.fit("train", rnd, federation.work(data))
+        federation.global_message = federation.server.aggregate(federation.global_message, replies)
+        assert all(not k.startswith(("head.", "binary_head.")) for r in replies.values() for k in r.tensors)
+        assert all(math.isfinite(r.scalars["train_loss"]) for r in replies.values())
+    state = federation.state_of(1)
+    assert state["head.weight"].shape == (6, 512) and state["binary_head.weight"].shape == (6, 512)
+    assert set(replies[1].tensors) <= {k[len(PREVIOUS):] for k in state if k.startswith(PREVIOUS)}
+    e = torch.randn(4, 8)
+    assert float(moon_contrastive(e, e, e)) == pytest.approx(math.log(2))  # f_prev = f_glob: no preference
+    head = BinaryHead(2, 2)
+    with torch.no_grad():
+        head.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        head.bias.fill_(0.5)
+    s, m, lam = 8.0, 0.4, 0.7
+    expected = (lam / s * math.log1p(math.exp(-s * (1 - m) - 0.5))
+                + (1 - lam) / s * math.log1p(math.exp(s * (0 + m) + 0.5)))
+    assert float(binary_loss(torch.tensor([[3.0, 0.0]]), head, torch.tensor([0])).detach()) == pytest.approx(expected, rel=1e-5)

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 EMBEDDING = 512
 HEAD_WEIGHT = "head.weight"
+BINARY_WEIGHT = "binary_head.weight"  # FedFR's private binary (SphereFace2-style) head
 
 
 class ArcFaceHead(nn.Module):
@@ -38,8 +39,18 @@ def init_head(classes: int, dim: int = EMBEDDING, generator: torch.Generator | N
     return (torch.rand(classes, dim, generator=generator) * 2 - 1) * bound
 
 
+class BinaryHead(nn.Module):
+    """FedFR's decoupled feature customisation: one direction per local identity and a bias b,
+    trained with one-vs-all binary losses (`binary_loss`); unused (0 rows) by other methods."""
+
+    def __init__(self, classes: int, dim: int = EMBEDDING):
+        super().__init__()
+        self.weight = nn.Parameter(init_head(classes, dim))
+        self.bias = nn.Parameter(torch.zeros(()))
+
+
 class FaceResNet(nn.Module):
-    client_sized = (HEAD_WEIGHT,)  # state-dict keys whose shape is a client's (a local head)
+    client_sized = (HEAD_WEIGHT, BINARY_WEIGHT)  # state-dict keys whose shape is a client's (local heads)
 
     def __init__(self, classes: int, weights: str | None = None):
         super().__init__()
@@ -48,6 +59,7 @@ class FaceResNet(nn.Module):
             self.backbone.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
         self.embedding = nn.Linear(1000, EMBEDDING)
         self.head = ArcFaceHead(classes)
+        self.binary_head = BinaryHead(0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.embedding(self.backbone(x))
@@ -82,3 +94,25 @@ class ArcFaceLoss:
 
 def arcface_loss(scale: float = 8.0, margin: float = 0.5, present: torch.Tensor | None = None) -> ArcFaceLoss:
     return ArcFaceLoss(scale, margin, present)
+
+
+def binary_loss(embeddings: torch.Tensor, head: BinaryHead, y: torch.Tensor, scale: float = 8.0, margin: float = 0.4,
+                lam: float = 0.7) -> torch.Tensor:
+    """FedFR's Eq. 2.7 (SphereFace2's binary losses, g = identity): per example
+    (λ/s) log(1 + exp(−s(cos θ_y − m) − b)) + ((1 − λ)/s) Σ_{j≠y} log(1 + exp(s(cos θ_j + m) + b)),
+    averaged over the batch. s, m, λ are not reported (thesis §2.6): 8 (the ArcFace scale), 0.4
+    and 0.7 (SphereFace2's defaults)."""
+    cosine = F.linear(F.normalize(embeddings), F.normalize(head.weight))
+    target = F.one_hot(y, cosine.shape[1]).bool()
+    positive = F.softplus(-scale * (cosine - margin) - head.bias)
+    negative = F.softplus(scale * (cosine + margin) + head.bias)
+    per = torch.where(target, lam * positive, (1 - lam) * negative).sum(dim=1) / scale
+    return per.mean()
+
+
+def moon_contrastive(local: torch.Tensor, global_: torch.Tensor, previous: torch.Tensor,
+                     tau: float = 0.5) -> torch.Tensor:
+    """FedFR's Eq. 2.6 (MOON): −log(e^{cos(f, f_glob)/τ} / (e^{cos(f, f_glob)/τ} + e^{cos(f, f_prev)/τ}));
+    τ is not reported: MOON's 0.5."""
+    logits = torch.stack([F.cosine_similarity(local, global_, dim=1), F.cosine_similarity(local, previous, dim=1)], 1)
+    return F.cross_entropy(logits / tau, torch.zeros(len(local), dtype=torch.long))

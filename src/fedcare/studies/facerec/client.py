@@ -24,7 +24,7 @@ from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.perfedavg import adapt
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, predict
 from fedcare.evaluation.verification import pairs_tar_at_far, sample_pairs
-from fedcare.models.face_resnet import HEAD_WEIGHT, init_head
+from fedcare.models.face_resnet import BINARY_WEIGHT, HEAD_WEIGHT, init_head
 from fedcare.seeding import numpy_rng, torch_generator
 
 
@@ -40,11 +40,13 @@ class FaceClient(ClientHalf):
 
     def own_head(self, state: ClientState, data: ClientData, rng: Randomness) -> ClientState:
         """The state with this client's head: drawn now if the head is private and not yet sized."""
-        head = state.get(HEAD_WEIGHT)
         classes = getattr(data, "classes", None)
-        if head is None or classes is None or head.shape[0] == classes:
-            return state
-        return {**state, HEAD_WEIGHT: init_head(classes, head.shape[1], torch_generator(rng.seed, "head", rng.client))}
+        new = dict(state)
+        for key in (HEAD_WEIGHT, BINARY_WEIGHT):
+            head = state.get(key)
+            if head is not None and classes is not None and head.shape[0] != classes:
+                new[key] = init_head(classes, head.shape[1], torch_generator(rng.seed, key, rng.client))
+        return new
 
     # -- the algorithm's half, with the client's own head ----------------------------------
     def init_state(self, model: nn.Module) -> ClientState:

@@ -14,7 +14,7 @@ from fedcare.config import DataSource, Experiment, Strict
 # ArcFace head (shared, every client's identities), "-local" (each client's own head, private),
 # "-reg" (embedding regularisation, the thesis's "Penalty") or "-fair" (q-FedAvg, "Fair")
 FACEREC_METHODS = ("fedavg", "fedavg-local", "fedavg-reg", "fedavg-fair",
-                   "hfmaml", "hfmaml-local", "hfmaml-reg", "hfmaml-fair")
+                   "hfmaml", "hfmaml-local", "hfmaml-reg", "hfmaml-fair", "fedfr")  # fedfr: local heads
 
 
 class FacerecSynthetic(Strict):
@@ -68,6 +68,9 @@ class FacerecOptions(Strict):
     reg_c: float = Field(10.0, ge=0)  # embedding regularisation weight C (thesis §4.7)
     qfedavg_q: float = Field(0.001, ge=0)  # thesis §2.5
     qfedavg_lipschitz: float = Field(100.0, gt=0)  # L (1 / lr)
+    fedfr_arcface: float = Field(1.0, ge=0)  # FedFR's loss weights α1, α2, α3 (thesis §2.6)
+    fedfr_contrastive: float = Field(5.0, ge=0)
+    fedfr_binary: float = Field(10.0, ge=0)
     qfedavg_weighting: Literal["uniform", "examples"] = "uniform"  # q-FFL's sum over clients (see algorithms/qfedavg.py)
 
 

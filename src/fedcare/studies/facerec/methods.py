@@ -16,7 +16,12 @@ tuned evaluation).
   gradients of a step (a deviation, README).
 - "-fair": q-FedAvg (q = 0.001, L = 100) around the algorithm's client training: the client
   also sends its ArcFace loss at the received model, the server takes the q-FFL step.
-Regularised and fair variants use the global head (the thesis compares them with it)."""
+Regularised and fair variants use the global head (the thesis compares them with it).
+- fedfr: FedFR as the thesis adapted it (§2.6): local ArcFace head, no global data, no hard
+  negatives, no pretraining; loss α1 ArcFace + α2 MOON contrastive + α3 binary (SphereFace2)
+  loss on a second private head, α = 1, 5, 10; FedAvg's local batches. The contrastive term's
+  f_prev is the client's model after its previous round (kept in its state, the backbone and
+  embedding only); in its first round the received model stands in (MOON's start)."""
 
 from __future__ import annotations
 
@@ -31,9 +36,9 @@ from fedcare.algorithms import Algorithm
 from fedcare.algorithms.base import ClientHalf, ServerHalf
 from fedcare.algorithms.perfedavg import PerFedAvgClient
 from fedcare.algorithms.qfedavg import QFedAvgClient, QFedAvgServer
-from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
+from fedcare.algorithms.split import SHARE_ALL, ParameterSplit, load_tensors
 from fedcare.algorithms.training import SGD, ClientData, Randomness, TrainSettings, train_steps
-from fedcare.models.face_resnet import arcface_loss
+from fedcare.models.face_resnet import arcface_loss, binary_loss, moon_contrastive
 from fedcare.studies.facerec.client import FaceClient
 from fedcare.studies.facerec.config import FacerecExperiment
 from fedcare.tasks import EmbeddingTask
@@ -43,7 +48,7 @@ HEAD = "head"
 
 def labels_of(method: str) -> str:
     """Which labels (and head) a method trains with: "local" or "global"."""
-    return "local" if method.endswith("-local") else "global"
+    return "local" if method.endswith("-local") or method == "fedfr" else "global"
 
 
 def loss_factory(config: FacerecExperiment):
@@ -100,9 +105,7 @@ class Regularised(ClientHalf):
         self.inner, self.c = inner, c
 
     def fit(self, model, message, state, data, rng):
-        received = copy.deepcopy(self.inner.load(model, message, state)).train()
-        for p in received.parameters():
-            p.requires_grad_(False)
+        received = _frozen(self.inner.load(model, message, state))
         arcface = self.settings.batch_loss(data)
 
         def loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -119,10 +122,55 @@ class Regularised(ClientHalf):
             self.inner.settings = inner_settings
 
 
+PREVIOUS = "extra/previous/"  # FedFR: the client's last local backbone and embedding, in its state
+
+
+class FedFRClient(StepsClient):
+    def __init__(self, settings: TrainSettings, split: ParameterSplit, steps: int, weights: tuple[float, float, float]):
+        super().__init__(settings, split, steps)
+        self.weights = weights
+
+    def fit(self, model, message, state, data, rng: Randomness):
+        self.load(model, message, state).train()
+        received = _frozen(model)
+        previous = _frozen(model)
+        saved = {k[len(PREVIOUS):]: v for k, v in state.items() if k.startswith(PREVIOUS)}
+        if saved:
+            load_tensors(previous, saved)
+        arcface = self.settings.batch_loss(data)
+        a1, a2, a3 = self.weights
+
+        def loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            emb = m(x)
+            with torch.no_grad():
+                g, p = received(x), previous(x)
+            return (a1 * arcface.embedded(m, emb, y) + a2 * moon_contrastive(emb, g, p)
+                    + a3 * binary_loss(emb, m.binary_head, y))
+
+        run = replace(self.settings, loss=lambda _: loss)
+        total = train_steps(model, model.parameters(), data, run, steps=self.steps, generator=rng.torch("fit-order"))
+        reply, private = self.outgoing(model, len(data), total)
+        shared = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(PRIVATE_HEADS)}
+        return reply, {**private, **{PREVIOUS + k: v for k, v in shared.items()}}
+
+
+PRIVATE_HEADS = ("head.", "binary_head.")
+
+
+def _frozen(model: nn.Module) -> nn.Module:
+    """A copy of `model` in training mode (batch statistics, as the model trained) without gradients."""
+    copy_ = copy.deepcopy(model).train()
+    for p in copy_.parameters():
+        p.requires_grad_(False)
+    return copy_
+
+
 def make_algorithm(method: str, config: FacerecExperiment) -> Algorithm:
     t, o, p = config.train, config.options, config.protocol
     s = settings(config)
     split = ParameterSplit(private_paths=(HEAD,)) if labels_of(method) == "local" else SHARE_ALL
+    if method == "fedfr":
+        split = ParameterSplit(private_paths=(HEAD, "binary_head"))
     base, _, variant = method.partition("-")
     server = ServerHalf(split, t.aggregation)
     if variant == "fair":
@@ -136,6 +184,8 @@ def make_algorithm(method: str, config: FacerecExperiment) -> Algorithm:
         client = (QPerFedAvgClient if variant == "fair" else PerFedAvgClient)(
             s, split, alpha=o.hfmaml_alpha, beta=o.hfmaml_beta, delta=o.hfmaml_delta, steps_per_round=t.local_steps,
             first_order=False)
+    elif base == "fedfr":
+        client = FedFRClient(s, split, t.local_steps, (o.fedfr_arcface, o.fedfr_contrastive, o.fedfr_binary))
     else:
         raise ValueError(f"unknown facerec method {method!r}")
     if variant == "reg":
