@@ -231,3 +231,26 @@ def test_fedfr_keeps_both_heads_and_its_previous_model_and_its_terms_by_hand():
     expected = (lam / s * math.log1p(math.exp(-s * (1 - m) - 0.5))
                 + (1 - lam) / s * math.log1p(math.exp(s * (0 + m) + 0.5)))
     assert float(binary_loss(torch.tensor([[3.0, 0.0]]), head, torch.tensor([0])).detach()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_report_means_per_client_then_over_clients_and_std_across_clients_per_run():
+    from scipy import stats
+
+    from fedcare.studies.facerec.report import Scores, paired_tests
+
+    def ev(method, seed, path, client, g, t):
+        return {"method": method, "seed": seed, "path": path, "client": client, "tar_global": g, "tar_tuned": t}
+
+    evals = [ev("a", 0, 1, 1, 0.2, 0.4), ev("a", 0, 1, 2, 0.6, 0.8), ev("a", 1, 1, 1, 0.4, 0.4),  # client 2 missing once
+             ev("a", 0, 1, 3, 0.5, 0.9), ev("a", 1, 1, 3, 0.1, 0.1),
+             ev("b", 0, 1, 1, 0.3, 0.5), ev("b", 0, 1, 2, 0.7, 0.9), ev("b", 1, 1, 1, 0.6, 0.6),
+             ev("b", 0, 1, 3, 0.5, 0.5), ev("b", 1, 1, 3, 0.2, 0.3)]
+    s = Scores(evals, unseen={3})
+    assert s.group("trained") == [1, 2] and s.group("unseen") == [3]
+    assert s.mean("a", "tar_global", "trained") == pytest.approx(((0.2 + 0.4) / 2 + 0.6) / 2)  # client means first
+    assert s.mean("a", "tar_tuned", "unseen") == pytest.approx(0.5)
+    assert s.fairness("a", "tar_global", "trained") == pytest.approx((0.2 + 0.0) / 2)  # std 0.2 in run 0; one client in run 1
+    a, b = s.per_run("a", "tar_global", "trained"), s.per_run("b", "tar_global", "trained")
+    assert a == pytest.approx({(0, 1): 0.4, (1, 1): 0.4})
+    t, w, n = paired_tests(b, a)
+    assert n == 2 and t == pytest.approx(stats.ttest_rel([0.5, 0.6], [0.4, 0.4]).pvalue)
