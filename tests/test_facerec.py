@@ -254,3 +254,18 @@ def test_report_means_per_client_then_over_clients_and_std_across_clients_per_ru
     assert a == pytest.approx({(0, 1): 0.4, (1, 1): 0.4})
     t, w, n = paired_tests(b, a)
     assert n == 2 and t == pytest.approx(stats.ttest_rel([0.5, 0.6], [0.4, 0.4]).pvalue)
+
+
+def test_a_weights_file_starts_the_backbone_and_a_bad_one_is_named(tmp_path):
+    import torchvision
+
+    source = torchvision.models.resnet18()
+    torch.save(source.state_dict(), tmp_path / "r18.pt")
+    model = FaceResNet(3, str(tmp_path / "r18.pt"))
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.backbone.state_dict().items())
+    (tmp_path / "bad.pt").write_text("not a state dict")
+    with pytest.raises(ValueError, match=r"bad\.pt: not a ResNet-18 state dict"):
+        FaceResNet(3, str(tmp_path / "bad.pt"))
+    config = FacerecExperiment.model_validate({**small_config(Path("c"), Path("cache")).model_dump(mode="json"),
+                                               "train": {"weights": "r18.pt"}}).relative_to(tmp_path)
+    assert config.train.weights == tmp_path / "r18.pt" and config.data.cache == tmp_path / "cache"

@@ -14,6 +14,7 @@ also adds the margin to the non-target classes, a typo (reference note §3)."""
 from __future__ import annotations
 
 import math
+import pickle
 
 import torch
 import torchvision
@@ -56,7 +57,11 @@ class FaceResNet(nn.Module):
         super().__init__()
         self.backbone = torchvision.models.resnet18()  # random init; `weights`: a local file to start from
         if weights:
-            self.backbone.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+            try:
+                self.backbone.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+            except (OSError, RuntimeError, KeyError, pickle.UnpicklingError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ValueError(f"{weights}: not a ResNet-18 state dict ({first})") from None
         self.embedding = nn.Linear(1000, EMBEDDING)
         self.head = ArcFaceHead(classes)
         self.binary_head = BinaryHead(0)

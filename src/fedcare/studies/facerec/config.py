@@ -58,7 +58,7 @@ class FacerecTrain(Strict):
     arcface_scale: float = Field(8.0, gt=0)
     arcface_margin: float = Field(0.5, ge=0)
     aggregation: Literal["examples", "uniform"] = "examples"  # n_k / sum n_i (thesis Algorithm 6)
-    weights: Path | None = None  # a ResNet-18 state dict (torchvision keys) to start from; none: random
+    weights: Path | None = None  # a ResNet-18 state dict file (torchvision keys) to start from; none: random
 
 
 class FacerecOptions(Strict):
@@ -83,6 +83,16 @@ class FacerecExperiment(Experiment):
     protocol: FacerecProtocol = FacerecProtocol()
     train: FacerecTrain = FacerecTrain()
     options: FacerecOptions = FacerecOptions()
+
+    def relative_to(self, folder: Path) -> "FacerecExperiment":
+        """data.root, data.cache and train.weights relative to the config file's folder."""
+        config = super().relative_to(folder)
+        data, train = config.data, config.train
+        if data.cache is not None and not data.cache.is_absolute():
+            data = data.model_copy(update={"cache": folder / data.cache})
+        if train.weights is not None and not train.weights.is_absolute():
+            train = train.model_copy(update={"weights": folder / train.weights})
+        return config.model_copy(update={"data": data, "train": train})
 
     @model_validator(mode="after")
     def _unseen_are_clients(self) -> "FacerecExperiment":
