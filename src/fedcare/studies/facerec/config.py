@@ -53,7 +53,7 @@ class FacerecTrain(Strict):
     momentum: float = Field(0.9, ge=0, lt=1)
     batch_size: int = Field(64, ge=2)
     local_steps: int = Field(50, ge=1)  # batches per round (HF-MAML: steps of three batches)
-    local_unit: Literal["batches", "epochs"] = "batches"  # "epochs": the literal reading, local_steps passes over the data
+    local_unit: Literal["batches", "epochs"] = "batches"  # FedAvg variants: "epochs" = the literal reading, local_steps passes over the data
     tune_steps: int = Field(10, ge=0)  # tuning batches before evaluation (thesis: 10 of 64)
     arcface_scale: float = Field(8.0, gt=0)
     arcface_margin: float = Field(0.5, ge=0)
