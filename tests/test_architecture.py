@@ -29,7 +29,8 @@ def _files(package: str) -> list[Path]:
 @pytest.mark.parametrize("package, forbidden", [
     ("algorithms", ("flwr", "fedcare.runtime", "fedcare.studies", "fedcare.deployment", "fedcare.config")),
     ("runtime", ("fedcare.studies", "fedcare.deployment", "fedcare.config", "fedcare.cli")),
-    ("report", ("fedcare.studies.pain", "fedcare.studies.fedhealth2", "fedcare.studies.surgical", "fedcare.runtime",
+    ("report", ("fedcare.studies.pain", "fedcare.studies.fedhealth2", "fedcare.studies.surgical",
+                "fedcare.studies.facerec", "fedcare.runtime",
                 "fedcare.deployment")),
     ("evaluation", ("fedcare.studies", "fedcare.runtime", "fedcare.deployment")),
     ("data", ("fedcare.studies", "fedcare.runtime", "fedcare.deployment", "fedcare.algorithms")),
@@ -48,7 +49,7 @@ def test_no_module_outside_a_study_imports_that_study():
             if rel.parts[:2] == ("studies", study):
                 continue
             assert not [m for m in imports_of(path) if m.startswith(f"fedcare.studies.{study}")], (rel, study)
-    assert set(STUDY_PACKAGES) == {"pain", "fedhealth2", "surgical"}
+    assert set(STUDY_PACKAGES) == {"pain", "fedhealth2", "surgical", "facerec"}
     assert "fedcare.studies.pain" in (SRC / "studies" / "registry.py").read_text()  # named there, as a string
 
 

@@ -75,9 +75,11 @@ class ClientHalf:
         """Takes the server's setup answer (e.g. the amplitude bank) into the client's state."""
         return state
 
-    def evaluate(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, metrics: str) -> dict:
+    def evaluate(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, metrics: str,
+                 rng: Randomness | None = None) -> dict:
         """The metrics `metrics` (a kind the task knows, e.g. "binary") of the model this client
-        would use, computed here on its own data: only the metrics leave the client."""
+        would use, computed here on its own data: only the metrics leave the client. `rng`
+        (seed, "evaluate", client) is for evaluations that draw (tuning, sampled pairs)."""
         task = self.settings.task
         scores, loss = predict(self.load(model, message, state), data, task)
         return task.metrics(metrics, scores, loss, data)

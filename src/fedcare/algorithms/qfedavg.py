@@ -2,7 +2,8 @@
 ICLR 2020), the facerec thesis's fairness baseline ("Fair"; its §2.5, Algorithm 3).
 
 Client k receives w^t, evaluates its training loss there, F_k(w^t) (before any local
-training, on all of its training data, model in inference mode: the function w^t defines),
+training, on all of its training data, model in inference mode: the function w^t defines;
+the settings' batch loss, so a study's own loss such as an ArcFace head counts),
 runs E epochs of SGD as FedAvg does to get w_k, and sends w_k with F_k(w^t) under the scalar
 `LOSS_AT_GLOBAL` (its usual `train_loss`, the last local epoch's mean, still goes along for
 the runtime's round log). The server, with L the Lipschitz estimate:
@@ -43,6 +44,7 @@ How Flower 1.41 and FedLab differ from this definition
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import torch
@@ -51,13 +53,29 @@ from torch import nn
 from fedcare.algorithms.base import Algorithm, ClientHalf, ClientId, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
-from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, predict
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float
 
 LOSS_AT_GLOBAL = "loss_at_global"  # F_k(w^t): the client's training loss at the model it received
 EPSILON = 1e-10  # added to the loss before powers, as the q-FFL code and Flower do
 
 DEFAULT_Q = 0.001  # facerec thesis §2.5
 DEFAULT_LIPSCHITZ = 100.0  # facerec thesis §2.5
+
+
+@torch.no_grad()
+def loss_at(model: nn.Module, data: ClientData, settings: TrainSettings, batch_size: int = 512) -> float:
+    """F_k(w): the settings' training loss (the task's, or the study's own such as an ArcFace
+    head's) over all of `data`, example-weighted, in inference mode (BatchNorm statistics
+    untouched). Not `predict`'s evaluation loss: an embedding task has none (NaN)."""
+    was_training = model.training
+    model.eval()
+    loss_fn = settings.batch_loss(data)
+    total = 0.0
+    for i in range(0, len(data), batch_size):
+        x, y = as_float(data.x[i : i + batch_size]), data.y[i : i + batch_size]
+        total += float(loss_fn(model, x, y)) * len(y)
+    model.train(was_training)
+    return total / len(data) if len(data) else math.nan
 
 
 class QFedAvgClient(ClientHalf):
@@ -67,7 +85,7 @@ class QFedAvgClient(ClientHalf):
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
     ) -> tuple[Message, ClientState]:
         self.load(model, message, state)
-        _, loss_at_global = predict(model, data, self.settings.task)  # inference mode: BatchNorm statistics untouched
+        loss_at_global = loss_at(model, data, self.settings)
         reply, new_state = super().fit(model, message, state, data, rng)
         reply.scalars[LOSS_AT_GLOBAL] = float(loss_at_global)
         return reply, new_state

@@ -74,13 +74,18 @@ SHARE_NOTHING = ParameterSplit(())
 
 
 def load_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-    """Copy named tensors into the model in place; unknown names are an error."""
+    """Copy named tensors into the model in place; unknown names are an error. Keys the model
+    lists in `client_sized` (e.g. a local ArcFace head) take the tensor's shape."""
     state = model.state_dict()
     unknown = set(tensors) - set(state)
     if unknown:
         raise KeyError(f"tensors not in the model: {sorted(unknown)[:5]}")
     with torch.no_grad():
         for k, v in tensors.items():
+            if k in getattr(model, "client_sized", ()) and v.shape != state[k].shape:
+                # a tensor sized per client (a local head over the client's own classes): take its shape
+                model.get_parameter(k).data = v.detach().clone().to(state[k].dtype)
+                continue
             if v.is_floating_point() and not state[k].is_floating_point():
                 v = v.round()  # an averaged integer buffer (num_batches_tracked) from another runtime: round, not truncate
             state[k].copy_(v)

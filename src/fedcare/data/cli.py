@@ -1,6 +1,6 @@
 """`fedcare data ...`: check a dataset copy (`summary unbc`, `summary cholec80`, `summary
-heichole`) and generate synthetic cohorts (`synth pain`, `synth surgical`). The lead mounts
-`data_app` as `fedcare data`."""
+heichole`, `summary celeba`) and generate synthetic cohorts (`synth pain`, `synth surgical`,
+`synth celeba`). The lead mounts `data_app` as `fedcare data`."""
 
 from __future__ import annotations
 
@@ -86,6 +86,24 @@ def _histogram_table(histogram: dict, title: str = "PSPI histogram") -> Table:
 # --------------------------------------------------------------------------- summary unbc
 
 
+def _print_problems(out: Console, summary: dict) -> None:
+    """A summary's problems by kind, a few of each with the path (and line) they concern."""
+    counts = summary["problem_counts"]
+    if not counts:
+        out.print("[bold green]no problems found[/]")
+        return
+    out.print(f"[bold red]{sum(counts.values())} problems[/]: "
+              + ", ".join(f"{kind} {n}" for kind, n in counts.items()), soft_wrap=True)
+    for kind, n in counts.items():
+        out.print(f"\n[bold]{kind}[/] ({n})")
+        shown = [p for p in summary["problems"] if p["kind"] == kind][:PROBLEMS_SHOWN_PER_KIND]
+        for p in shown:
+            where = f"{p['path']}:{p['line']}" if p.get("line") else p["path"]
+            out.print(f"  {escape(where)}: {escape(p['detail'])}", soft_wrap=True)
+        if n > len(shown):
+            out.print(f"  ... and {n - len(shown)} more (use --json for the full list)")
+
+
 @summary_app.command("unbc")
 def summary_unbc(
     path: Annotated[Path, typer.Argument(
@@ -158,19 +176,7 @@ def _print_summary(summary: dict) -> None:
     out.print(table)
     out.print(_histogram_table(summary["pspi_histogram"]))
 
-    counts = summary["problem_counts"]
-    if not counts:
-        out.print("[bold green]no problems found[/]")
-        return
-    out.print(f"[bold red]{sum(counts.values())} problems[/]: "
-              + ", ".join(f"{kind} {n}" for kind, n in counts.items()), soft_wrap=True)
-    for kind, n in counts.items():
-        out.print(f"\n[bold]{kind}[/] ({n})")
-        shown = [p for p in summary["problems"] if p["kind"] == kind][:PROBLEMS_SHOWN_PER_KIND]
-        for p in shown:
-            out.print(f"  {escape(p['path'])}: {escape(p['detail'])}", soft_wrap=True)
-        if n > len(shown):
-            out.print(f"  ... and {n - len(shown)} more (use --json for the full list)")
+    _print_problems(out, summary)
 
 
 # --------------------------------------------------------------------------- synth pain
@@ -335,20 +341,122 @@ def _print_surgical_summary(summary: dict) -> None:
     cache = summary["cache"]
     out.print(f"frame cache {escape(cache['root'])}: {cache['hits']} videos read from the cache, {cache['misses']} "
               f"decoded; {cache['files']} videos, {cache['bytes'] / 1e6:.1f} MB on disk", soft_wrap=True)
+    _print_problems(out, summary)
 
-    counts = summary["problem_counts"]
-    if not counts:
-        out.print("[bold green]no problems found[/]")
+
+# --------------------------------------------------------------------------- summary celeba
+
+
+def _filter_counts(ds: Any, rows: Any | None) -> list[dict]:
+    """Images matching each Table 4.1 client filter (all listed images, and those with a face)."""
+    import numpy as np
+
+    from fedcare.data.celeba import ATTRIBUTES
+    from fedcare.data.identity_partition import load_attribute_clients
+
+    out = []
+    for spec in load_attribute_clients():
+        ok = np.ones(len(ds), bool)
+        for key, value in spec.filter.items():
+            ok &= ds.attributes[:, ATTRIBUTES.index(key)] == value
+        entry = {"client": spec.client, "table_size": spec.size, "images": int(ok.sum())}
+        if rows is not None:
+            entry["faces"] = int(ok[rows].sum())
+        out.append(entry)
+    return out
+
+
+@summary_app.command("celeba")
+def summary_celeba(
+    path: Annotated[Path, typer.Argument(
+        help="Root of the CelebA copy: the folder holding img_align_celeba/ and the .txt files "
+             "(or the folder above celeba/, or the Img/ Anno/ Eval/ tree).", show_default=False)],
+    json_: Annotated[bool, typer.Option(
+        "--json", help="Print the full summary (every problem) as JSON on stdout instead of tables.")] = False,
+    detect: Annotated[bool, typer.Option(
+        "--detect/--no-detect",
+        help="Run the Haar face detector on the images (detection rate; crops are cached for later runs); "
+             "--no-detect only reads the text files and lists the image folder.")] = True,
+    identities: Annotated[Optional[int], typer.Option(
+        help="Detect faces on this many randomly chosen identities only (seeded), for a quick estimate "
+             "on the full dataset (default: all identities).", show_default=False, min=1)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the --identities sample.")] = 0,
+    cache_dir: Annotated[Optional[Path], typer.Option(
+        help="Face-crop cache folder (default: $FEDCARE_CACHE/faces, else ~/.cache/fedcare/faces).",
+        show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(
+        help="Threads for decoding and detection (default: CPUs, at most 4).", show_default=False, min=1)] = None,
+) -> None:
+    """Check a CelebA copy (aligned and cropped) and summarize it.
+
+    Prints identities, images, images per identity, the official partition, the Haar-cascade
+    face detection rate, attribute prevalences, how many images match each attribute filter of
+    the Hess thesis (Table 4.1), and every problem found with its file and line. Exit code 2
+    when PATH is not a CelebA copy."""
+    import numpy as np
+
+    from fedcare.data.celeba import CelebaLayoutError, FaceCropper, load_celeba, summarize
+    from fedcare.data.common import DataError
+
+    try:
+        ds = load_celeba(path, strict=False)
+        faces = None
+        if detect and len(ds):
+            people = ds.identity_ids()
+            if identities is not None and identities < len(people):
+                people = np.sort(np.random.default_rng([seed, 99]).choice(people, identities, replace=False))
+            cropper = FaceCropper(cache_dir=cache_dir, workers=workers)
+            with _progress_bar("detecting faces") as update:
+                faces = cropper.faces(ds, people, strict=False, progress=update)
+    except CelebaLayoutError as e:
+        _fail(str(e))
+    except (DataError, ValueError) as e:
+        _fail(str(e))
+    summary = summarize(ds, faces)
+    summary["attribute_filters"] = _filter_counts(ds, faces.rows if faces is not None else None)
+    if json_:
+        typer.echo(json.dumps(summary, indent=2))
         return
-    out.print(f"[bold red]{sum(counts.values())} problems[/]: " + ", ".join(f"{k} {n}" for k, n in counts.items()),
+    _print_celeba(summary)
+
+
+def _print_celeba(summary: dict) -> None:
+    out = _stdout()
+    out.print(f"[bold]CelebA copy[/] {escape(summary['root'])}", soft_wrap=True)
+    if summary["synthetic"]:
+        out.print("[bold yellow]SYNTHETIC:[/] generated by fedcare (fedcare-synthetic.json found); "
+                  "these are not real people.", soft_wrap=True)
+    per = summary["images_per_identity"]
+    out.print(f"{summary['identities']} identities, {summary['images']} images"
+              + (f" ({per['min']}-{per['max']} per identity, mean {per['mean']})" if per else "")
+              + (f"; {summary['unlisted_images']} image files not listed" if summary["unlisted_images"] else ""),
               soft_wrap=True)
-    for kind, n in counts.items():
-        out.print(f"\n[bold]{kind}[/] ({n})")
-        shown = [p for p in summary["problems"] if p["kind"] == kind][:PROBLEMS_SHOWN_PER_KIND]
-        for p in shown:
-            out.print(f"  {escape(p['path'])}: {escape(p['detail'])}", soft_wrap=True)
-        if n > len(shown):
-            out.print(f"  ... and {n - len(shown)} more (use --json for the full list)")
+    if summary["partition"]:
+        out.print("official partition: " + ", ".join(f"{k} {v}" for k, v in summary["partition"].items()))
+    det = summary["detection"]
+    if det is None:
+        out.print("faces not detected (--no-detect)")
+    else:
+        out.print(f"Haar face detection ({det['detector']}): {det['faces']} of {det['images'] - det['unreadable']} "
+                  f"decoded images have a face = [bold]{det['rate_percent']:.1f}%[/] "
+                  f"({det['identities']} identities; {det['no_face']} without a face"
+                  + (f", {det['unreadable']} unreadable" if det["unreadable"] else "") + ")", soft_wrap=True)
+    table = Table(title="Attribute prevalence (% of images)", title_justify="left")
+    for _ in range(2):
+        table.add_column("attribute")
+        table.add_column("%", justify="right")
+    items = list(summary["attribute_prevalence_percent"].items())
+    half = (len(items) + 1) // 2
+    for left, right in zip(items[:half], items[half:] + [("", None)] * (2 * half - len(items))):
+        table.add_row(left[0], f"{left[1]:.1f}", right[0], "" if right[1] is None else f"{right[1]:.1f}")
+    out.print(table)
+    filters = Table(title="Hess Table 4.1 attribute filters: matching images", title_justify="left")
+    for col in ("client", "table size", "images", "with a face"):
+        filters.add_column(col, justify="right")
+    for f in summary["attribute_filters"]:
+        filters.add_row(str(f["client"]), str(f["table_size"]), str(f["images"]), str(f.get("faces", "-")))
+    out.print(filters)
+    _print_problems(out, summary)
 
 
 @summary_app.command("cholec80")
@@ -462,3 +570,42 @@ def synth_surgical(
     console.print(table)
     console.print(f"check it with: fedcare data summary cholec80 {escape(result['cholec80'])}", soft_wrap=True)
     console.print(f"           and: fedcare data summary heichole {escape(result['heichole'])}", soft_wrap=True)
+# --------------------------------------------------------------------------- synth celeba
+
+
+@synth_app.command("celeba")
+def synth_celeba(
+    out: Annotated[Path, typer.Argument(
+        help="Folder to create; it receives a CelebA-layout copy (img_align_celeba/, identity_CelebA.txt, "
+             "list_attr_celeba.txt, list_eval_partition.txt) and fedcare-synthetic.json.", show_default=False)],
+    seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same files.", min=0)] = 0,
+    identities: Annotated[int, typer.Option(help="Number of synthetic people (identity ids 1..N).", min=1)] = 300,
+    images_per_identity: Annotated[int, typer.Option(
+        help="Mean pictures per person; each person gets between half and 1.5 times this many.", min=2)] = 20,
+    workers: Annotated[Optional[int], typer.Option(
+        help="Drawing processes (default: CPUs, at most 4).", show_default=False, min=1)] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it already exists.")] = False,
+) -> None:
+    """Generate a synthetic CelebA copy: drawn faces of people who do not exist.
+
+    Identities differ in face shape, skin, hair and the CelebA attributes they carry (glasses,
+    hats, beards, hair colour, age, smiles, ...); each picture varies pose, lighting and
+    expression. Exit code 2 when OUT exists (without --overwrite) or an option is invalid."""
+    from fedcare.data.synthetic.celeba import generate_celeba
+
+    try:
+        with _progress_bar("drawing synthetic faces") as update:
+            result = generate_celeba(out, seed=seed, identities=identities, images_per_identity=images_per_identity,
+                                     overwrite=overwrite, workers=workers, progress=update)
+    except (FileExistsError, ValueError) as e:
+        _fail(str(e))
+    console = _stdout()
+    console.print(f"[bold]synthetic CelebA[/] written to {escape(result['root'])}", soft_wrap=True)
+    splits = result["splits"]
+    console.print(f"{result['identities']} identities, {result['images']} images "
+                  f"(official partition: train {splits['train']}, valid {splits['valid']}, test {splits['test']})",
+                  soft_wrap=True)
+    counts = result["attribute_counts"]
+    shown = ("Male", "Young", "Eyeglasses", "Wearing_Hat", "Smiling", "No_Beard", "Gray_Hair", "Blond_Hair", "Bald")
+    console.print("attributes (images): " + ", ".join(f"{k} {counts[k]}" for k in shown), soft_wrap=True)
+    console.print(f"check it with: fedcare data summary celeba {escape(result['root'])}", soft_wrap=True)

@@ -37,3 +37,38 @@ def all_pairs_tar_at_far(embeddings: torch.Tensor, labels: torch.Tensor, far: fl
     tar, reached, threshold = tar_at_far(scores[same], scores[~same], far)
     return {"tar": tar, "far": reached, "threshold": threshold, "genuine_pairs": int(same.sum()),
             "impostor_pairs": int((~same).sum())}
+
+
+def sample_pairs(labels: np.ndarray, rng: np.random.Generator, genuine: int = 1000,
+                 impostor: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    """The thesis's Algorithm 7 pairs over one client's test set: `genuine` draws of an image
+    d (among those whose identity has another image) with a different image e of the same
+    identity, and `impostor` draws of d with an image e of another identity. Drawn with
+    replacement, so a pair can repeat (the thesis draws 1,000 of each whatever the set's
+    size). Returns (genuine pairs, impostor pairs), each an (n, 2) array of indices; empty
+    when the set has no such pair."""
+    y = np.asarray(labels)
+    idx = np.arange(len(y))
+    same = y[:, None] == y[None, :]
+    partners = same.sum(axis=1) - 1
+    out = []
+    for count, candidates, match in ((genuine, idx[partners > 0], same), (impostor, idx[partners < len(y) - 1], ~same)):
+        if len(candidates) == 0:
+            out.append(np.zeros((0, 2), np.int64))
+            continue
+        d = rng.choice(candidates, size=count)
+        e = np.array([rng.choice(np.flatnonzero(match[i] & (idx != i))) for i in d])
+        out.append(np.stack([d, e], axis=1).astype(np.int64))
+    return out[0], out[1]
+
+
+def pairs_tar_at_far(embeddings: torch.Tensor, genuine: np.ndarray, impostor: np.ndarray,
+                     far: float = 0.1) -> dict[str, float]:
+    """TAR@FAR from the cosine similarities of the given index pairs (`sample_pairs`)."""
+    e = torch.nn.functional.normalize(embeddings.double(), dim=1).numpy()
+
+    def scores(pairs: np.ndarray) -> np.ndarray:
+        return (e[pairs[:, 0]] * e[pairs[:, 1]]).sum(axis=1)
+
+    tar, reached, threshold = tar_at_far(scores(genuine), scores(impostor), far)
+    return {"tar": tar, "far": reached, "threshold": threshold}

@@ -106,7 +106,7 @@ class ClientRunner:
             self.state = half.receive_setup(op.message, self.state)
             return None
         if isinstance(op, Evaluate):
-            return half.evaluate(model, op.message, self.state, data, op.metrics)
+            return half.evaluate(model, op.message, self.state, data, op.metrics, self._rng("evaluate", 0))
         if isinstance(op, Snapshot):
             self.best = clone_state(self.state)
             return None

@@ -27,6 +27,7 @@ BUILT_IN = {
     "pain": "fedcare.studies.pain",
     "fedhealth2": "fedcare.studies.fedhealth2",
     "surgical": "fedcare.studies.surgical",
+    "facerec": "fedcare.studies.facerec",
 }
 ENVIRONMENT = "FEDCARE_STUDIES"
 

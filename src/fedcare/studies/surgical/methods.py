@@ -130,8 +130,8 @@ class SeededClient(ClientHalf):
     def receive_setup(self, message: Message, state: ClientState) -> ClientState:
         return self.inner.receive_setup(message, state)
 
-    def evaluate(self, model, message, state, data, metrics):
-        return self.inner.evaluate(model, message, state, data, metrics)
+    def evaluate(self, model, message, state, data, metrics, rng=None):
+        return self.inner.evaluate(model, message, state, data, metrics, rng)
 
 
 def task(config: SurgicalExperiment, global_weight: torch.Tensor | None) -> MultilabelTask:

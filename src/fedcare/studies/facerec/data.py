@@ -1,0 +1,114 @@
+"""The face-verification study's data: a CelebA copy (or a synthetic one generated into the run
+directory) cropped and partitioned by `fedcare.data.celeba_federation`, and one site per client.
+
+A site resolves these references on its own client's crops:
+
+- ``train/global`` and ``train/local``: its training split (`FaceData`), labelled over all
+  clients (the global ArcFace head) or over its own identities (a local head);
+- ``eval/global/<path>`` and ``eval/local/<path>``: its test split for evaluation path
+  <path>, carrying the training split for tuning (`EvalData`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedcare.algorithms.training import ClientData
+from fedcare.data.celeba import DetectorParams
+from fedcare.data.celeba_federation import ClientFaces, FaceSplit, FederatedFaces, federated_celeba
+from fedcare.data.common import SYNTHETIC_MARKER, DataError
+from fedcare.runtime.sites import SiteError
+from fedcare.studies.facerec.config import FacerecExperiment
+from fedcare.studies.rundir import Progress
+
+SYNTHETIC_DIR = "synthetic-celeba"
+LABELS = ("global", "local")
+
+
+@dataclass
+class FaceData(ClientData):
+    """Face crops (N, 3, H, W) uint8 and labels; `classes`: the size of the head they index."""
+
+    classes: int = 0
+
+
+@dataclass
+class EvalData(ClientData):
+    """A client's test crops for one evaluation path, with its tuning data (training split)."""
+
+    tune: FaceData | None = None
+    path: int = 0
+
+
+def generate(config: FacerecExperiment, workdir: Path, progress: Progress | None) -> Path:
+    """The configured synthetic copy in the run directory (a resumed run has it already)."""
+    from fedcare.data.synthetic.celeba import generate_celeba
+
+    syn, root = config.data.synthetic, workdir / SYNTHETIC_DIR
+    if not root.is_dir():
+        generate_celeba(root, seed=syn.seed, identities=syn.identities, images_per_identity=syn.images_per_identity,
+                        progress=(lambda d, t: progress("generating synthetic CelebA", d, t)) if progress else None)
+    return root
+
+
+def load_faces(root: Path, config: FacerecExperiment, cache: Path | None,
+               progress: Progress | None = None) -> FederatedFaces:
+    d = config.data
+    params = DetectorParams(scale_factor=d.detector_scale_factor, min_size=d.detector_min_size, size=d.image_size)
+    try:
+        return federated_celeba(root, d.partition, seed=d.partition_seed, n_identities=d.identities,
+                                n_clients=d.clients, attribute_scale=d.attribute_scale, cache_dir=d.cache or cache,
+                                params=params,
+                                progress=(lambda done, t: progress("cropping faces", done, t)) if progress else None)
+    except ValueError as e:  # too few usable identities for the options: name them
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"{root}: {e} (data.partition = {d.partition!r}, data.identities = {d.identities}, "
+                        f"data.clients = {d.clients})") from None
+
+
+def _tensors(split: FaceSplit, labels: str) -> tuple[torch.Tensor, torch.Tensor]:
+    images = torch.from_numpy(np.ascontiguousarray(split.images.transpose(0, 3, 1, 2)))
+    y = split.global_labels if labels == "global" else split.labels
+    return images, torch.from_numpy(np.asarray(y, np.int64))
+
+
+class FaceSite:
+    """One client's crops (train and test splits)."""
+
+    def __init__(self, faces: ClientFaces, global_classes: int, synthetic: bool):
+        self.client = faces.client
+        self.synthetic = synthetic
+        self.faces = faces
+        self.classes = {"global": global_classes, "local": faces.n_classes}
+        self._cache: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _split(self, name: str, labels: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if (name, labels) not in self._cache:
+            self._cache[name, labels] = _tensors(getattr(self.faces, name), labels)
+        return self._cache[name, labels]
+
+    def summary(self) -> dict:
+        f = self.faces
+        return {"classes": f.n_classes, "global_classes": self.classes["global"], "train": len(f.train), "val": len(f.val), "test": len(f.test)}
+
+    def train(self, labels: str) -> FaceData:
+        return FaceData(*self._split("train", labels), classes=self.classes[labels])
+
+    def data(self, ref: str) -> ClientData:
+        parts = ref.split("/")
+        if len(parts) >= 2 and parts[1] in LABELS:
+            if parts[0] == "train" and len(parts) == 2:
+                return self.train(parts[1])
+            if parts[0] == "eval" and len(parts) == 3 and parts[2].isdigit():
+                return EvalData(*self._split("test", parts[1]), tune=self.train(parts[1]), path=int(parts[2]))
+        raise SiteError(f"client {self.client}: unknown data reference {ref!r} "
+                        f"(expected train/<global|local> or eval/<global|local>/<path>)")
+
+
+def sites(faces: FederatedFaces, root: Path) -> dict[int, FaceSite]:
+    synthetic = (Path(root) / SYNTHETIC_MARKER).is_file()
+    return {c.client: FaceSite(c, faces.n_global_classes, synthetic) for c in faces.clients}

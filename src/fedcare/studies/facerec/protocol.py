@@ -1,0 +1,72 @@
+"""The Hess protocol (reference note §3-§4): per seed and method, `rounds` federated rounds on
+the training clients (every client not in `protocol.unseen`), then every client, unseen ones
+included, evaluates the final model on `paths` evaluation paths: TAR@FAR of the global model
+(with the client's own head) and of the model tuned on its training split, on the same pairs.
+
+Units: one round of a method of a seed (the last one includes the evaluation); `fedcare
+resume` continues after the last finished one. Every method of a seed starts from the same
+random backbone (derived from the seed); a global head has one row per identity over all
+clients, a local head is drawn per client (`FaceClient`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedcare.seeding import derive_seed
+from fedcare.studies.base import StudyProtocol
+from fedcare.studies.facerec.methods import labels_of
+
+METRICS = "tuned-verification"
+
+
+class FacerecProtocol(StudyProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.protocol.rounds
+
+    def training_clients(self) -> list[int]:
+        unseen = set(self.config.protocol.unseen)
+        return [c for c, s in sorted(self.runtime.summaries().items()) if c not in unseen and s["train"] >= 2]
+
+    def facts(self) -> dict:
+        summaries = self.runtime.summaries()
+        return {"partition": self.config.data.partition, "clients": len(summaries),
+                "unseen": [c for c in self.config.protocol.unseen if c in summaries],
+                "training_clients": self.training_clients(), "rounds": self.config.protocol.rounds}
+
+    def global_classes(self) -> int:
+        return max(s["global_classes"] for s in self.runtime.summaries().values())
+
+    def new_model(self, seed: int, method: str) -> nn.Module:
+        """The seed's initial model: the backbone from (seed, "init") for every method; a
+        global head over every client's identities, or an empty one for local heads (each
+        client draws its own)."""
+        classes = self.global_classes() if labels_of(method) == "global" else 0
+        with torch.random.fork_rng():
+            torch.manual_seed(derive_seed(seed, "init"))
+            return self.study.new_model(classes)
+
+    def run(self) -> None:
+        rounds, paths = self.config.protocol.rounds, self.config.protocol.paths
+        clients = sorted(self.runtime.summaries())
+        training = self.training_clients()
+        for seed in self.config.seeds:
+            for method in self.config.methods:
+                done = [r for r in range(1, rounds + 1) if self.finished(seed, method, r)]
+                if len(done) == rounds:
+                    continue
+                labels = labels_of(method)
+                federation = self.runtime.federation(self.new_model(seed, method), method, seed,
+                                                     label={"method": method, "seed": seed})
+                if done:
+                    federation.load_state_dict(self.checkpoint.state("federation"))
+                for rnd in range(len(done) + 1, rounds + 1):
+                    info = federation.run_round("train", rnd, {c: f"train/{labels}" for c in training})
+                    self.record("round", method=method, seed=seed, phase="train", round=rnd, **info)
+                    if rnd == rounds:
+                        for path in range(1, paths + 1):
+                            self.evaluate_clients(federation, {c: f"eval/{labels}/{path}" for c in clients}, METRICS,
+                                                  method=method, seed=seed, round=rnd)
+                    self.finish_unit(f"seed {seed}: {method} round {rnd}", seed, method, rnd,
+                                     federation=federation.state_dict if rnd < rounds else None)

@@ -1,0 +1,163 @@
+"""The face-verification report, from metrics.jsonl and run.json alone, in the thesis's layouts:
+
+- Table A.1: mean TAR@FAR of the global model and of the tuned model, and the increase, for
+  the training clients and the unseen clients separately. Per method: each client's mean over
+  runs x evaluation paths, then the mean over clients (reference note §4).
+- Fairness (Tables A.2-style): the std of TAR across clients, per run and path, averaged.
+- Tests: per method, the client-averaged score of every (run, path); paired Student's t-test
+  and Wilcoxon signed-rank (scipy, two-sided) against the first method, matching (run, path).
+- Plots: per-client TAR before and after tuning."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from fedcare.evaluation.statistics import nanmean
+from fedcare.report import write_report
+from fedcare.report.html import render_run_page, table_block
+from fedcare.report.plots import method_bars
+from fedcare.report.tables import Table, pct
+from fedcare.studies.rundir import read_run_records
+
+KINDS = ("tar_global", "tar_tuned")
+GROUPS = ("trained", "unseen")
+
+
+def _evals(run_dir: Path) -> list[dict]:
+    records, _ = read_run_records(run_dir)
+    evals = [r for r in records if r["type"] == "client_eval"]
+    if not evals:
+        raise ValueError(f"{Path(run_dir) / 'metrics.jsonl'}: no client_eval records")
+    return evals
+
+
+def _unseen(run_dir: Path, run_info: dict | None = None) -> set[int]:
+    info = run_info if run_info is not None else json.loads((Path(run_dir) / "run.json").read_text())
+    return set(info.get("unseen", []))
+
+
+class Scores:
+    """values[method][kind][(seed, path)][client] = TAR."""
+
+    def __init__(self, evals: list[dict], unseen: set[int]):
+        self.methods = list(dict.fromkeys(r["method"] for r in evals))
+        self.unseen = unseen
+        self.values: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+        for r in evals:
+            for kind in KINDS:
+                self.values[r["method"]][kind][(r["seed"], r["path"])][r["client"]] = r[kind]
+        self.clients = sorted({r["client"] for r in evals})
+
+    def group(self, name: str) -> list[int]:
+        return [c for c in self.clients if (c in self.unseen) == (name == "unseen")]
+
+    def per_client(self, method: str, kind: str) -> dict[int, float]:
+        """Each client's mean over runs x paths."""
+        runs = self.values[method][kind].values()
+        return {c: nanmean(run.get(c, math.nan) for run in runs) for c in self.clients}
+
+    def mean(self, method: str, kind: str, group: str) -> float:
+        per = self.per_client(method, kind)
+        return nanmean(per[c] for c in self.group(group))
+
+    def per_run(self, method: str, kind: str, group: str, stat=np.nanmean) -> dict[tuple, float]:
+        """(seed, path) -> the statistic over the group's clients (mean, or std for fairness)."""
+        out = {}
+        for key, run in sorted(self.values[method][kind].items()):
+            v = np.array([run.get(c, math.nan) for c in self.group(group)], float)
+            out[key] = float(stat(v)) if np.isfinite(v).any() else math.nan
+        return out
+
+    def fairness(self, method: str, kind: str, group: str) -> float:
+        return nanmean(self.per_run(method, kind, group, lambda v: np.nanstd(v, ddof=0)).values())
+
+
+def increase(before: float, after: float) -> float:
+    return (after - before) / before if before else math.nan
+
+
+def paired_tests(a: dict, b: dict) -> tuple[float, float, int]:
+    """(t-test p, Wilcoxon p, pairs) over the keys both hold with finite values."""
+    from scipy import stats
+
+    keys = [k for k in a if k in b and math.isfinite(a[k]) and math.isfinite(b[k])]
+    x, y = np.array([a[k] for k in keys]), np.array([b[k] for k in keys])
+    if len(keys) < 2 or np.allclose(x, y):
+        return math.nan, math.nan, len(keys)
+    t = float(stats.ttest_rel(x, y).pvalue)
+    w = float(stats.wilcoxon(x, y).pvalue)
+    return t, w, len(keys)
+
+
+def _fmt_p(p: float) -> str:
+    return "–" if not math.isfinite(p) else f"{p:.3f}"
+
+
+def tables(s: Scores) -> dict[str, Table]:
+    groups = [g for g in GROUPS if s.group(g)]
+    label = {"trained": "trained clients", "unseen": "unseen clients"}
+    cols, rows, csv_rows, scores = ["Method"], [], [], []
+    for g in groups:
+        cols += [f"{label[g]}: global", f"{label[g]}: tuned", "incr."]
+    for m in s.methods:
+        row, csv_row, sc = [m], [m], [math.nan]
+        for g in groups:
+            before, after = s.mean(m, "tar_global", g), s.mean(m, "tar_tuned", g)
+            row += [pct(before), pct(after), pct(increase(before, after), 1)]
+            csv_row += [before, after, increase(before, after)]
+            sc += [before, after, math.nan]
+        rows.append(row), csv_rows.append(csv_row), scores.append(sc)
+    header = ["method"] + [f"{g}_{k}" for g in groups for k in ("global", "tuned", "increase")]
+    far = "TAR@FAR"
+    mean = Table("tar", f"Table A.1: mean {far}", "Each client's mean over runs x evaluation paths, then the mean over "
+                 "clients; 'global': the trained model with the client's head, 'tuned': after local tuning; "
+                 "incr.: relative increase.", cols, rows, header, csv_rows, scores)
+    fcols, frows, fcsv = ["Method"], [], []
+    for g in groups:
+        fcols += [f"{label[g]}: global", f"{label[g]}: tuned"]
+    for m in s.methods:
+        vals = [s.fairness(m, k, g) for g in groups for k in KINDS]
+        frows.append([m] + [pct(v) for v in vals]), fcsv.append([m] + vals)
+    fair = Table("fairness", f"Fairness: std of {far} across clients", "Std across clients per run and path, "
+                 "averaged (lower is fairer).", fcols, frows, ["method"] + [f"{g}_{k}_std" for g in groups
+                                                                          for k in KINDS], fcsv)
+    ref = s.methods[0]
+    trows, tcsv = [], []
+    for m in s.methods[1:]:
+        for g in groups:
+            for k in KINDS:
+                t, w, n = paired_tests(s.per_run(m, k, g), s.per_run(ref, k, g))
+                trows.append([f"{m} vs {ref}", label[g], k.removeprefix("tar_"), str(n), _fmt_p(t), _fmt_p(w)])
+                tcsv.append([m, ref, g, k, n, t, w])
+    tests = Table("tests", f"Paired tests against {ref}", "Client-averaged TAR per (run, path), paired on run and "
+                  "path; two-sided p-values of Student's paired t-test and the Wilcoxon signed-rank test "
+                  "(– : fewer than 2 pairs or no difference).", ["Comparison", "Clients", "Model", "Pairs",
+                                                                 "t-test p", "Wilcoxon p"],
+                  trows, ["method", "reference", "clients", "model", "pairs", "ttest_p", "wilcoxon_p"], tcsv)
+    return {"tar": mean, "fairness": fair, "tests": tests}
+
+
+def build_report(run_dir: Path, run_info: dict, notes: list[str]) -> Path:
+    s = Scores(_evals(run_dir), _unseen(run_dir, run_info))
+    t = tables(s)
+    plots = {f"per_client_{k}": method_bars(s.methods, s.clients, {m: s.per_client(m, k) for m in s.methods},
+                                            xlabel="client", ylabel="TAR (%)",
+                                            title=f"Per-client TAR@FAR, {'tuned' if k == 'tar_tuned' else 'global'} model")
+             for k in KINDS}
+    how = ("<p>How to read this: TAR@FAR is the share of genuine pairs (two images of one person) scoring above the "
+           "threshold that lets through the given share of impostor pairs; higher is better. 'global' is the "
+           "trained model as received, 'tuned' the same model after a few local batches. Unseen clients never "
+           "trained.</p>")
+    sections = [("summary", "Summary", "Summary", how + "".join(table_block(x) for x in t.values()))]
+    page = render_run_page(run_info, run_dir_name=Path(run_dir).name, known_facts=[("study", "Study")], notes=notes,
+                           sections=sections, plots=plots)
+    return write_report(run_dir, t, plots, page)
+
+
+def summary_markdown(run_dir: Path) -> str:
+    return tables(Scores(_evals(run_dir), _unseen(run_dir)))["tar"].markdown()
