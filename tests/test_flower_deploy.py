@@ -14,6 +14,7 @@ from deployment import Deployment
 from pain_sites import SITES, config, records
 
 from fedcare.config import to_toml
+from fedcare.runtime.flower.certs import make_certificates
 from fedcare.studies.pain.config import PainExperiment
 
 
@@ -26,9 +27,8 @@ def deployment(tmp_path_factory, pain_cohort):
     the runs; their tests wait for them to end."""
     d = Deployment(tmp_path_factory.mktemp("deploy"), [*SITES, "intruder"])
     try:
-        other_ca = d.fedcare(["flower", "certs", str(d.root / "other-ca")])
-        if other_ca.returncode != 0:
-            raise RuntimeError(f"fedcare flower certs: {other_ca.stdout}{other_ca.stderr}")
+        # a CA the SuperLink's certificate is not from (in process: `fedcare flower certs` made d.certs)
+        make_certificates(d.root / "other-ca", ["127.0.0.1", "localhost"])
         d.start_superlink()
         d.start_site("intruder", pain_cohort)
         d.start_site("site-43", pain_cohort, name="wrong-ca", root_certificates=d.root / "other-ca" / "ca.crt")
