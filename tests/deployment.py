@@ -29,7 +29,9 @@ class Deployment:
         self.processes: dict[str, subprocess.Popen] = {}
         self.researcher_home = root / "home" / "researcher"
         self.researcher_home.mkdir(parents=True)
-        self.fedcare(["flower", "certs", str(self.certs), *[a for s in sites for a in ("--site", s)]])
+        made = self.fedcare(["flower", "certs", str(self.certs), *[a for s in sites for a in ("--site", s)]])
+        if made.returncode != 0:
+            raise RuntimeError(f"fedcare flower certs: {made.stdout}{made.stderr}")
         (self.researcher_home / "config.toml").write_text(
             f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
             f'address = "127.0.0.1:{self.port}"\nroot-certificates = "{self.certs / "ca.crt"}"\n')
