@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -6,3 +8,30 @@ import torch
 def _two_threads():
     # The suite runs on 2-core CI machines; a fixed thread count also keeps float sums stable.
     torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def pain_cohort(tmp_path_factory) -> Path:
+    """Synthetic UNBC-McMaster subjects 42 (pretraining), 43, 80 and 92. Shared by the Flower
+    pain tests (deploy, Ray, in-process), which only read it."""
+    from fedcare.data.synthetic.pain import generate_pain_cohort
+
+    root = tmp_path_factory.mktemp("data") / "unbc"
+    generate_pain_cohort(root, subjects=[42, 43, 80, 92], frame_scale=0.02, image_size=32)
+    return root
+
+
+@pytest.fixture(scope="session")
+def pain_reference(pain_cohort, tmp_path_factory) -> list[dict]:
+    """The in-process simulator's round and client_eval records of `config(pain_cohort,
+    ["F(N)", "FP(N)"])`, which the real deployment and Flower's Simulation Engine (Ray) must
+    both equal bit for bit: simulated once for both. (`deployment.sites` only names the sites:
+    the Ray run, which has none, gives the same records.)"""
+    from pain_sites import config, records
+
+    from fedcare.studies.run import run_study
+
+    run = run_study(config(pain_cohort, ["F(N)", "FP(N)"]), tmp_path_factory.mktemp("pain-reference") / "run")
+    expected = records(run, "client_eval", "round")
+    assert {r["method"] for r in expected} == {"F(N)", "FP(N)"} and len(expected) > 10
+    return expected

@@ -16,6 +16,9 @@ from pathlib import Path
 from fedcare.runtime.flower.processes import free_port, listening, stop_groups
 
 FEDERATION = "test"
+# Puts sitecustomize.py on the SuperNodes' path: a 10 s heartbeat instead of Flower's 30 s, so
+# a killed site is marked offline after ~20 s instead of ~60 s (see that file).
+SHORT_HEARTBEAT = Path(__file__).parent / "supernode_heartbeat"
 
 
 class Deployment:
@@ -26,7 +29,9 @@ class Deployment:
         self.processes: dict[str, subprocess.Popen] = {}
         self.researcher_home = root / "home" / "researcher"
         self.researcher_home.mkdir(parents=True)
-        self.fedcare(["flower", "certs", str(self.certs), *[a for s in sites for a in ("--site", s)]])
+        made = self.fedcare(["flower", "certs", str(self.certs), *[a for s in sites for a in ("--site", s)]])
+        if made.returncode != 0:
+            raise RuntimeError(f"fedcare flower certs: {made.stdout}{made.stderr}")
         (self.researcher_home / "config.toml").write_text(
             f'[superlink]\ndefault = "{FEDERATION}"\n\n[superlink.{FEDERATION}]\n'
             f'address = "127.0.0.1:{self.port}"\nroot-certificates = "{self.certs / "ca.crt"}"\n')
@@ -43,9 +48,10 @@ class Deployment:
         return subprocess.run(["flwr", *args], env=self.env(self.researcher_home), capture_output=True, text=True,
                               timeout=timeout, cwd=self.root)
 
-    def start(self, name: str, args: list[str]) -> subprocess.Popen:
+    def start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
         log = (self.root / f"{name}.log").open("w")
-        proc = subprocess.Popen([sys.executable, "-m", "fedcare.cli", *args], env=self.env(self.root / "home" / name),
+        proc = subprocess.Popen([sys.executable, "-m", "fedcare.cli", *args],
+                                env={**self.env(self.root / "home" / name), **(env or {})},
                                 stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True)
         self.processes[name] = proc
         return proc
@@ -63,16 +69,28 @@ class Deployment:
                 raise RuntimeError("the SuperLink did not start:\n" + self.log("superlink"))
             time.sleep(0.2)
 
-    def register(self, site: str) -> None:
-        out = self.flwr(["supernode", "register", str(self.certs / "keys" / f"{site}.pub"), FEDERATION])
-        if out.returncode != 0:
-            raise RuntimeError(f"flwr supernode register {site}: {out.stdout}{out.stderr}")
+    def register(self, *sites: str) -> None:
+        """`flwr supernode register` for each site, all at once (each is a `flwr` start-up)."""
+        registering = {site: subprocess.Popen(
+            ["flwr", "supernode", "register", str(self.certs / "keys" / f"{site}.pub"), FEDERATION],
+            env=self.env(self.researcher_home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=self.root) for site in sites}
+        for site, proc in registering.items():
+            output, _ = proc.communicate(timeout=60)
+            if proc.returncode != 0:
+                raise RuntimeError(f"flwr supernode register {site}: {output}")
 
-    def start_site(self, site: str, data_dir: Path, *extra: str) -> subprocess.Popen:
-        return self.start(site, ["flower", "supernode", "--site", site, "--data-dir", str(data_dir),
-                                 "--state-dir", str(self.root / "state" / site), "--superlink", f"127.0.0.1:{self.port}",
-                                 "--root-certificates", str(self.certs / "ca.crt"),
-                                 "--auth-key", str(self.certs / "keys" / site), "--port", str(free_port()), *extra])
+    def start_site(self, site: str, data_dir: Path, *extra: str, name: str | None = None,
+                   root_certificates: Path | None = None) -> subprocess.Popen:
+        """A SuperNode for `site` (process name `name`, default the site), trusting
+        `root_certificates` (default the federation's CA), with a 10 s heartbeat."""
+        pythonpath = os.pathsep.join(p for p in (str(SHORT_HEARTBEAT), os.environ.get("PYTHONPATH")) if p)
+        return self.start(name or site, [
+            "flower", "supernode", "--site", site, "--data-dir", str(data_dir),
+            "--state-dir", str(self.root / "state" / (name or site)), "--superlink", f"127.0.0.1:{self.port}",
+            "--root-certificates", str(root_certificates or self.certs / "ca.crt"),
+            "--auth-key", str(self.certs / "keys" / site), "--port", str(free_port()), *extra],
+            env={"PYTHONPATH": pythonpath})
 
     def kill(self, name: str) -> None:
         """SIGKILL a process group: a site that crashes, not one that says goodbye."""

@@ -11,47 +11,30 @@ from pathlib import Path
 
 import pytest
 from deployment import Deployment
+from pain_sites import SITES, config, records
 
 from fedcare.config import to_toml
-from fedcare.data.synthetic.pain import generate_pain_cohort
-from fedcare.runtime.flower.processes import free_port
+from fedcare.runtime.flower.certs import make_certificates
 from fedcare.studies.pain.config import PainExperiment
-from fedcare.studies.run import run_study
-
-SITES = {"site-43": 43, "site-80": 80, "site-92": 92}
-
-
-def config(root: Path, methods: list[str], **deployment) -> PainExperiment:
-    return PainExperiment.model_validate({
-        "title": "deployed", "seeds": [5], "methods": methods, "data": {"root": str(root)},
-        "protocol": {"pretrain_subjects": [42], "subjects": sorted(SITES.values()), "image_size": 16,
-                     "balance_per_class": 12, "last_session": 2},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 2},
-        "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 1},
-        "deployment": {"sites": SITES, **deployment},
-    })
-
-
-def records(run_dir: Path, *types: str) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["type"] in types]
 
 
 @pytest.fixture(scope="module")
-def cohort(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data") / "unbc"
-    generate_pain_cohort(root, subjects=[42, *SITES.values()], frame_scale=0.02, image_size=32)
-    return root
-
-
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory, cohort):
+def deployment(tmp_path_factory, pain_cohort):
+    """One SuperLink and the three sites' SuperNodes for every test here: starting them is a
+    good part of a test's time. The two SuperNodes the SuperLink must refuse (an unregistered
+    key; a site that trusts another CA, with site-43's registered key, so that only the
+    certificate is wrong) are started first, so that their refusals overlap the set-up and
+    the runs; their tests wait for them to end."""
     d = Deployment(tmp_path_factory.mktemp("deploy"), [*SITES, "intruder"])
     try:
+        # a CA the SuperLink's certificate is not from (in process: `fedcare flower certs` made d.certs)
+        make_certificates(d.root / "other-ca", ["127.0.0.1", "localhost"])
         d.start_superlink()
+        d.start_site("intruder", pain_cohort)
+        d.start_site("site-43", pain_cohort, name="wrong-ca", root_certificates=d.root / "other-ca" / "ca.crt")
+        d.register(*SITES)
         for site in SITES:
-            d.register(site)
-            d.start_site(site, cohort)
+            d.start_site(site, pain_cohort)
         yield d
     finally:
         d.close()
@@ -65,14 +48,11 @@ def _run(d: Deployment, cfg: PainExperiment, name: str, timeout: float = 900):
 
 
 @pytest.mark.timeout(1200)
-def test_fedavg_and_pfdl_across_three_sites_equal_the_simulator(deployment, cohort, tmp_path):
-    cfg = config(cohort, ["F(N)", "FP(N)"])
-    result, out = _run(deployment, cfg, "fedavg-pfdl")
+def test_fedavg_and_pfdl_across_three_sites_equal_the_simulator(deployment, pain_cohort, pain_reference):
+    result, out = _run(deployment, config(pain_cohort, ["F(N)", "FP(N)"]), "fedavg-pfdl")
     assert result.returncode == 0, result.stdout + result.stderr + deployment.log("superlink")
-    local = run_study(cfg, tmp_path / "local")
-    got, expected = records(out, "client_eval", "round"), records(local, "client_eval", "round")
-    assert {r["method"] for r in expected} == {"F(N)", "FP(N)"} and len(expected) > 10
-    assert got == expected  # every round's losses and every per-site test metric, bit for bit
+    # every round's losses and every per-site test metric, bit for bit (F(N) and FP(N): conftest.py)
+    assert records(out, "client_eval", "round") == pain_reference
     info = json.loads((out / "run.json").read_text())
     assert info["sites"] == SITES and info["missed"] == []
     assert "Report:" in result.stdout
@@ -95,12 +75,13 @@ def _partial_records(out: Path) -> list[dict]:
 
 
 @pytest.mark.timeout(1200)
-def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, cohort):
+def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, pain_cohort):
     """SIGKILL site-80's SuperNode once round 1 of session 1 is done. The SuperLink notices
-    after its heartbeat timeout (about a minute); until then the round waits, then goes on
+    after its heartbeat timeout (about 20 s with the tests' 10 s heartbeat: deployment.py;
+    about a minute with Flower's default); until then the round waits, then goes on
     with the two sites that answered. The site is restarted and rejoins, resuming from its
     state file; the run completes and its report names the site and what it missed."""
-    cfg = config(cohort, ["F(N)"], round_timeout=180, min_sites=1)
+    cfg = config(pain_cohort, ["F(N)"], round_timeout=180, min_sites=1)
     cfg = cfg.model_copy(update={"protocol": cfg.protocol.model_copy(update={"last_session": 3})})
     path = deployment.root / "dropout.toml"
     path.write_text(to_toml(cfg))
@@ -115,11 +96,13 @@ def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, cohort):
         deployment.kill("site-80")
         _wait_for(lambda: any(r["type"] == "missed" for r in _partial_records(out)) or researcher.poll() is not None,
                   300, "the miss was never recorded")
-        deployment.start_site("site-80", cohort)  # Flower lets it back in once it has marked it offline
+        deployment.start_site("site-80", pain_cohort)  # Flower lets it back in once it has marked it offline
         output, _ = researcher.communicate(timeout=900)
     finally:
         if researcher.poll() is None:
             researcher.kill()
+        if "site-80" not in deployment.processes:  # failed between kill and restart: the other tests need all sites
+            deployment.start_site("site-80", pain_cohort)
     assert researcher.returncode == 0, output
     info = json.loads((out / "run.json").read_text())
     missed = info["missed"]
@@ -132,22 +115,15 @@ def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, cohort):
     assert "Site &#x27;site-80&#x27; did not answer" in (out / "report.html").read_text()
 
 
-def test_a_site_without_a_registered_key_is_refused(deployment, cohort):
-    proc = deployment.start_site("intruder", cohort)
-    proc.wait(60)
+def test_a_site_without_a_registered_key_is_refused(deployment):
+    proc = deployment.processes["intruder"]  # started by the fixture, with the sites
+    proc.wait(120)
     assert proc.returncode != 0
     assert "Failed to activate SuperNode" in deployment.log("intruder")
 
 
-def test_a_site_that_does_not_trust_the_superlinks_certificate_is_refused(deployment, cohort):
-    other = deployment.root / "other-ca"
-    assert deployment.fedcare(["flower", "certs", str(other)]).returncode == 0  # a CA the SuperLink's certificate is not from
-    proc = deployment.start("wrong-ca", ["flower", "supernode", "--site", "site-43", "--data-dir", str(cohort),
-                                         "--state-dir", str(deployment.root / "state" / "wrong-ca"),
-                                         "--superlink", f"127.0.0.1:{deployment.port}",
-                                         "--root-certificates", str(other / "ca.crt"),
-                                         "--auth-key", str(deployment.certs / "keys" / "site-43"),
-                                         "--port", str(free_port())])
+def test_a_site_that_does_not_trust_the_superlinks_certificate_is_refused(deployment):
+    proc = deployment.processes["wrong-ca"]  # started by the fixture: site-43's key, another CA's ca.crt
     proc.wait(120)
     assert proc.returncode != 0
     assert "CERTIFICATE_VERIFY_FAILED" in deployment.log("wrong-ca")

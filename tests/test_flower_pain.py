@@ -10,7 +10,6 @@ from flower_inprocess import InProcessBackend, simulation_backend
 from flwr.serverapp import ServerApp
 
 from fedcare.config import ConfigError, to_toml
-from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.deployment.app import client_app, open_site, run_experiment
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.pain.config import PainExperiment
@@ -35,10 +34,8 @@ def _records(run_dir: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def cohort(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data") / "unbc"
-    generate_pain_cohort(root, subjects=[42, *SUBJECTS], frame_scale=0.02, image_size=32)
-    return root
+def cohort(pain_cohort) -> Path:
+    return pain_cohort  # subjects 42 (pretraining) and SUBJECTS: conftest.py
 
 
 def _run_on_flower(config: PainExperiment, out: Path) -> None:
