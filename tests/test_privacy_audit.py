@@ -29,7 +29,7 @@ def mlp() -> nn.Module:
 
 def test_overfit_model_is_caught():
     model, members, non_members = mlp(), random_labels(1), random_labels(2)
-    train_epochs(model, model.parameters(), members, TrainSettings(lr=0.1, batch_size=16, local_epochs=100),
+    train_epochs(model, model.parameters(), members, TrainSettings(lr=1.0, batch_size=64, local_epochs=60),
                  generator=torch.Generator().manual_seed(0))
     result = loss_attack(model, members, non_members, BINARY)
     assert result.auc > 0.8
@@ -53,3 +53,26 @@ def test_scores_by_hand():
     assert coin.auc == 0.5
     with pytest.raises(ValueError, match="members and non-members"):
         attack_scores(np.array([]), np.array([0.1]))
+
+
+def test_privacy_demo_command_writes_its_table(tmp_path, monkeypatch):
+    """`fedcare demo --privacy`, shrunk to two cases of one round: the table and its files."""
+    from typer.testing import CliRunner
+
+    import fedcare.privacy.demo as demo
+    from fedcare.cli import app
+
+    monkeypatch.setattr(demo, "ROUNDS", 1)
+    monkeypatch.setattr(demo, "METHODS", {"local": demo.METHODS["local"]})
+    monkeypatch.setattr(demo, "PRIVACY", {"none": None, "DP sigma=1.5": 1.5})
+    result = CliRunner().invoke(app, ["demo", "--privacy", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    assert "| none | local | inf |" in result.output and "| DP sigma=1.5 | local |" in result.output
+    import json
+
+    rows = json.loads((tmp_path / "p" / "privacy_audit.json").read_text())["rows"]
+    assert rows[0]["epsilon"] == float("inf") and 0 < rows[1]["epsilon"] < float("inf")
+    assert all(0 <= r["own_auc"] <= 1 for r in rows)
+    assert (tmp_path / "p" / "privacy_audit.csv").is_file()
+    again = CliRunner().invoke(app, ["demo", "--privacy", "--out", str(tmp_path / "p")])
+    assert again.exit_code == 2 and "already exists" in again.output
