@@ -88,3 +88,19 @@ def test_privacy_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path
         run_simulation(server, client_app, num_supernodes=CLIENTS, backend_name=backend)
     got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
     assert any("client_dp_epsilon" in r for r in expected) and got == expected  # noise and epsilon alike, bit for bit
+
+
+@pytest.mark.timeout(300)
+def test_dp_sgd_on_flower_equals_the_simulator(tmp_path):
+    """DP-SGD at the sites: the GroupNorm model, the noise and each client's ledger (in
+    Flower's Context.state) give the simulator's records, epsilon included, bit for bit."""
+    from fedcare.data.synthetic.pain import generate_pain_cohort
+    from test_flower_pain import SUBJECTS, _records, _run_on_flower, flower_config
+
+    root = tmp_path / "unbc"
+    generate_pain_cohort(root, subjects=[42, *SUBJECTS], frame_scale=0.02, image_size=32)
+    config = flower_config(root).model_copy(update={"methods": ["FP(N)"], "privacy": Privacy(dp_sgd=DPSGD())})
+    _run_on_flower(config, tmp_path / "flower")
+    local = run_study(config, tmp_path / "local")
+    got, expected = _records(tmp_path / "flower"), _records(local)
+    assert any(r.get("dp_epsilon", 0) > 0 for r in expected) and got == expected
