@@ -135,8 +135,13 @@ def demo(
                                               "(default pain).")] = "pain",
     out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/demo-<study>-<time>).")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override a key of the demo config (repeatable).")] = [],
+    privacy: Annotated[bool, typer.Option("--privacy", help="Instead of a study: DP-SGD's epsilon and a membership "
+                                                            "attack on FedAvg, PFDL, FedBN and local (minutes).")] = False,
 ) -> None:
     """A complete study on built-in synthetic data in minutes (pain by default)."""
+    if privacy:
+        _privacy_demo(out)
+        return
     if study not in registry.names():
         _fail(f"unknown demo {study!r}: choose one of {', '.join(registry.names())}")
     config = registry.get(study).demo_config()
@@ -146,6 +151,18 @@ def demo(
         out = Path("runs") / f"demo-{study}-{datetime.now():%Y%m%d-%H%M%S}"
     console.print(f"[bold]fedcare demo {study}[/]: generating synthetic data and running the study.")
     _print_summary(_run(config, set_, out, keep_partial=False))
+
+
+def _privacy_demo(out: Optional[Path]) -> None:
+    from fedcare.privacy.demo import run_privacy_demo
+
+    out = out or Path("runs") / f"demo-privacy-{datetime.now():%Y%m%d-%H%M%S}"
+    if out.exists():
+        _fail(f"{out}: already exists; choose another --out")
+    console.print("[bold]fedcare demo --privacy[/]: DP-SGD and a membership attack on synthetic data.")
+    table = run_privacy_demo(out, progress=lambda what, done, total: console.print(escape(f"[{done}/{total}] {what}")))
+    console.print(table.markdown())
+    console.print(f"written to {out}/privacy_audit.csv, .md and .json; docs/privacy.md explains each number")
 
 
 @app.command()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -58,6 +58,43 @@ class DataSource(Strict):
         return self
 
 
+class DPSGD(Strict):
+    """`[privacy.dp_sgd]`: sample-level DP-SGD at every client (Abadi et al. 2016): each
+    example's gradient is clipped to `max_grad_norm`, Gaussian noise of standard deviation
+    `noise_multiplier * max_grad_norm` is added to the batch's sum (`fedcare.privacy.dp_sgd`)."""
+
+    noise_multiplier: float = Field(1.0, ge=0)  # sigma; 0: clipping only (no privacy)
+    max_grad_norm: float = Field(1.0, gt=0)  # C, the per-example L2 bound; inf: no clipping
+    delta: float = Field(1e-5, gt=0, lt=1)  # the target delta epsilon is reported for
+    accountant: Literal["rdp", "prv"] = "rdp"  # Opacus's RDP or PRV accountant
+    # BatchNorm mixes the examples of a batch, so per-example gradients do not exist:
+    # "groupnorm" replaces every BatchNorm by a GroupNorm (Opacus's ModuleValidator.fix);
+    # "refuse" stops with an error for a model that has BatchNorm.
+    batchnorm: Literal["groupnorm", "refuse"] = "groupnorm"
+
+
+class ClientDP(Strict):
+    """`[privacy.client_dp]`: client-level DP at the server (DP-FedAvg, McMahan et al. 2018;
+    Andrew et al. 2021 for adaptive clipping), as Flower's DifferentialPrivacyServerSide*
+    wrappers do it: each client's update is clipped to the clipping norm, the clipped updates
+    are averaged uniformly, and Gaussian noise of std noise_multiplier * norm / clients is added."""
+
+    noise_multiplier: float = Field(1.0, ge=0)
+    clipping_norm: float = Field(1.0, gt=0)  # the fixed norm, or the adaptive norm's start
+    adaptive: bool = False  # adapt the norm towards the `target_quantile` of update norms
+    target_quantile: float = Field(0.5, ge=0, le=1)
+    clip_norm_lr: float = Field(0.2, gt=0)  # the geometric update's learning rate
+    clipped_count_stddev: float | None = Field(None, ge=0)  # None: clients / 20, Flower's default
+    delta: float = Field(1e-5, gt=0, lt=1)  # the target delta epsilon is reported for
+
+
+class Privacy(Strict):
+    """`[privacy]`: the protections a run applies, each off unless its table is given."""
+
+    dp_sgd: DPSGD | None = None
+    client_dp: ClientDP | None = None
+
+
 class Experiment(Strict):
     """What every study's experiment has; a study's config model extends it (and narrows
     `study` to its name, `methods` to its methods)."""
@@ -68,6 +105,7 @@ class Experiment(Strict):
     methods: list[str] = Field(min_length=1)
     runtime: Runtime = Runtime()
     deployment: Deployment = Deployment()
+    privacy: Privacy | None = None  # no [privacy] table: no protection beyond keeping data at the clients
 
     def relative_to(self, folder: Path) -> "Experiment":
         """The config with a relative `data.root` resolved against `folder` (the config

@@ -23,6 +23,7 @@ ClientId = int | str
 
 NUM_EXAMPLES = "num_examples"
 TRAIN_LOSS = "train_loss"
+DP_EPSILON = "dp_epsilon"  # a client's DP-SGD epsilon so far (`fedcare.privacy.dp_sgd`): public, not data
 # Client-state entries that are not model tensors (FedDG's amplitude bank, FedDyn's gradient
 # term) are named with this prefix, so `load` knows what belongs in the model.
 EXTRA = "extra/"
@@ -30,6 +31,9 @@ EXTRA = "extra/"
 
 class ClientHalf:
     """FedAvg's client: train every layer for E epochs, send the shared tensors."""
+
+    # every gradient step goes through the training loop (and its gradient hook): DP-SGD can apply
+    trains_in_loop = True
 
     def __init__(self, settings: TrainSettings, split: ParameterSplit = SHARE_ALL):
         self.settings = settings

@@ -182,6 +182,8 @@ def meta_step(
 
 
 class PerFedAvgClient(ClientHalf):
+    trains_in_loop = False  # the meta step's gradients come from functional_call, not the loop
+
     def __init__(
         self,
         settings: TrainSettings,

@@ -26,6 +26,7 @@ from fedcare.algorithms.training import ClientData, Randomness
 
 DataRef = Any  # ClientData (the data itself), or a key string that a site resolves
 DataResolver = Callable[[ClientId, DataRef], ClientData]
+PRIVACY_LEDGER = "extra/privacy/"  # client-state entries that account for privacy spent (fedcare.privacy)
 Work = Mapping[ClientId, tuple[Message, DataRef]]  # per client: the message it receives, the data to use
 
 
@@ -113,7 +114,9 @@ class ClientRunner:
         if isinstance(op, Restore):
             if self.best is None:
                 raise RuntimeError(f"client {self.client!r}: restore without a snapshot")
-            self.state = clone_state(self.best)
+            # privacy ledgers are never rolled back: the updates after the snapshot were released
+            ledgers = {k: v for k, v in self.state.items() if k.startswith(PRIVACY_LEDGER)}
+            self.state = {**clone_state(self.best), **ledgers}
             return None
         raise TypeError(f"unknown operation {op!r}")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientId
+from fedcare.algorithms.base import DP_EPSILON, NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientId
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.runtime.clients import Clients, DataRef, LocalClients
 from fedcare.seeding import numpy_rng
@@ -44,6 +44,8 @@ class Federation:
         self.seed = seed
         self.client_fraction = client_fraction
         self.server = algorithm.server  # its state (optimizer moments, FedAP weights) is snapshotted too
+        if hasattr(self.server, "bind_seed"):  # a server half that draws noise (client-level DP)
+            self.server.bind_seed(seed)
         self.global_message = self.server.initial_message(model)
         # called after every aggregation with (global message before, replies, global message after):
         # statistics of the updates the server sees (e.g. the surgical thesis's CosSim, GradDiff)
@@ -97,7 +99,14 @@ class Federation:
         sizes = {c: replies[c].scalars[NUM_EXAMPLES] for c in answered}
         n = sum(sizes.values())
         loss = sum(replies[c].scalars[TRAIN_LOSS] * sizes[c] for c in answered) / max(n, 1)
-        return {"train_loss": loss, "clients": len(answered), "n_train": int(n)}
+        info = {"train_loss": loss, "clients": len(answered), "n_train": int(n)}
+        epsilons = [replies[c].scalars[DP_EPSILON] for c in answered if DP_EPSILON in replies[c].scalars]
+        if epsilons:  # DP-SGD: the largest epsilon any client has spent so far
+            info[DP_EPSILON] = max(epsilons)
+        for key, value in self.global_message.scalars.items():
+            if key.startswith("client_dp_"):  # client-level DP: epsilon so far, the clipping norm
+                info[key] = value
+        return info
 
     def evaluate(self, data: Mapping[ClientId, DataRef], metrics: str) -> dict[ClientId, dict]:
         """Each client's personal model on its own data; the client computes `metrics` itself."""

@@ -16,6 +16,7 @@ registered study. See docs/architecture.md, "How to add a study".
 
 from __future__ import annotations
 
+import functools
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -71,6 +72,15 @@ class Study(ABC):
 
     def __init__(self, config: Experiment):
         self.config = config
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every study's model and algorithms go through the privacy layer (`[privacy]`), so a
+        protection applies to any study, in both runtimes, without the study knowing of it."""
+        super().__init_subclass__(**kwargs)
+        if "new_model" in cls.__dict__:
+            cls.new_model = _with_private_model(cls.__dict__["new_model"])
+        if "algorithm" in cls.__dict__:
+            cls.algorithm = _with_private_algorithm(cls.__dict__["algorithm"])
 
     # -- model and algorithms: a `fedcare.runtime.sites.Builder` ---------------------------
     @abstractmethod
@@ -146,6 +156,26 @@ class Study(ABC):
     def summary_markdown(cls, run_dir: Path) -> str:
         """The run's summary table in Markdown, printed after a run."""
         return importlib.import_module(cls.report_module).summary_markdown(run_dir)
+
+
+def _with_private_model(new_model: Callable[[Study], nn.Module]) -> Callable[[Study], nn.Module]:
+    @functools.wraps(new_model)
+    def wrapped(self: Study) -> nn.Module:
+        from fedcare.privacy import private_model
+
+        return private_model(new_model(self), self.config.privacy)
+
+    return wrapped
+
+
+def _with_private_algorithm(algorithm: Callable[[Study, str], Algorithm]) -> Callable[[Study, str], Algorithm]:
+    @functools.wraps(algorithm)
+    def wrapped(self: Study, name: str) -> Algorithm:
+        from fedcare.privacy import private_algorithm
+
+        return private_algorithm(algorithm(self, name), self.config.privacy)
+
+    return wrapped
 
 
 class StudyProtocol(ABC):

@@ -163,8 +163,10 @@ def build_report(run_dir: Path) -> Path:
     """Write the tables, plots and report.html of a run directory (run.json's study; pain
     when run.json does not say) from its metrics.jsonl; returns report.html's path. An
     unfinished run's report says so at the top."""
+    from fedcare.privacy.report import privacy_notes
+
     study, run_info, notes = study_of_run(run_dir)
-    return study.build_report(Path(run_dir), run_info, notes)
+    return study.build_report(Path(run_dir), run_info, notes + privacy_notes(run_dir))
 
 
 def summary_markdown(run_dir: Path) -> str:

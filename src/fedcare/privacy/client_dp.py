@@ -1,0 +1,134 @@
+"""Client-level DP at the server (DP-FedAvg: McMahan et al. 2018; adaptive clipping: Andrew
+et al. 2021), as Flower 1.41's DifferentialPrivacyServerSideFixedClipping and
+...AdaptiveClipping do it, checked against them in tests/test_privacy_client_dp.py.
+
+Each reply's update (its shared floating-point tensors minus the current global ones) is
+clipped to the clipping norm C (one L2 norm over all tensors); the clipped replies are
+averaged uniformly (every reply's weight is set to 1: with example weights the sensitivity
+would be the largest weight times C, not C / m); Gaussian noise of std noise_multiplier * C / m
+is added to the average. Adaptive clipping moves C geometrically towards the target quantile
+of the update norms, from a noisy count of clipped replies (Flower's rule and defaults).
+
+Choices written down:
+- Only a server half whose aggregation is the plain weighted average can be wrapped: noise
+  must go onto the average, not after a server optimizer (FedAdam, AdamW) or a personalised
+  aggregation (FedAP, FedDyn, q-FedAvg); the others are refused with the reason.
+- Adaptive: Flower updates C before adding the round's noise, so the noise is scaled by the
+  next round's norm; here the noise uses the norm the updates were clipped to (the one the
+  sensitivity is), and C moves afterwards. Clipping and the norm update equal Flower's.
+- Integer tensors (BatchNorm's counter) carry no gradient: they are averaged unclipped.
+- Accounting: the Gaussian mechanism composed over rounds with Opacus's RDP accountant at
+  sampling rate 1 (no amplification, as Flower's accounting requires): conservative when a
+  round samples a fraction of the clients. The ledger is never rolled back by snapshots.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+
+from fedcare.algorithms.base import NUM_EXAMPLES, ClientId, ServerHalf
+from fedcare.algorithms.messages import Message
+from fedcare.config import ClientDP
+from fedcare.privacy.dp_sgd import PrivacyError, epsilon
+from fedcare.seeding import numpy_rng, torch_generator
+
+CLIENT_DP_EPSILON = "client_dp_epsilon"
+CLIPPING_NORM = "client_dp_clipping_norm"
+
+
+def adaptive_noise(noise_multiplier: float, clients: int, clipped_count_stddev: float | None) -> tuple[float, float]:
+    """(std of the clipped count, noise multiplier left for the update) under adaptive
+    clipping: the count's noise uses part of the budget (Andrew et al., Flower's formula)."""
+    if noise_multiplier == 0:
+        return (clipped_count_stddev or 0.0), 0.0
+    count_std = clients / 20 if clipped_count_stddev is None else clipped_count_stddev
+    if noise_multiplier >= 2 * count_std:
+        raise PrivacyError(f"privacy.client_dp: noise_multiplier {noise_multiplier} needs clipped_count_stddev "
+                           f"above {noise_multiplier / 2} (it is {count_std}; the default is clients / 20)")
+    return count_std, (noise_multiplier ** -2 - (2 * count_std) ** -2) ** -0.5
+
+
+class Ledger:
+    """Noise multipliers of the releases made. Shared, not copied, by a snapshot of the server
+    (deepcopy): early stopping going back to a round does not unspend privacy."""
+
+    def __init__(self) -> None:
+        self.releases: list[float] = []
+
+    def __deepcopy__(self, memo: dict) -> "Ledger":
+        return self
+
+    def epsilon(self, delta: float) -> float:
+        rows = torch.tensor([[s, 1.0, 1] for s in self.releases], dtype=torch.float64).reshape(-1, 3)
+        return epsilon(rows, delta)
+
+
+class ClientDPServer(ServerHalf):
+    """Any plain-averaging server half with client-level DP on its aggregation."""
+
+    def __init__(self, inner: ServerHalf, config: ClientDP, algorithm: str):
+        if type(inner).aggregate is not ServerHalf.aggregate:
+            raise PrivacyError(f"privacy.client_dp: {algorithm} aggregates with its own rule "
+                               f"({type(inner).__name__}), so noise on the plain average would not protect what it "
+                               f"releases; client-level DP applies to plain-averaging algorithms (FedAvg, FedProx, "
+                               f"FedBN, FedPer, FedRep, FedDG, PFDL)")
+        self.inner, self.config = inner, config
+        self.split, self.weighting = inner.split, inner.weighting
+        self.clipping_norm = config.clipping_norm
+        self.seed = 0
+        self.ledger = Ledger()
+
+    def bind_seed(self, seed: int) -> None:
+        """The run seed the noise derives from (set by the federation)."""
+        self.seed = seed
+
+    def initial_message(self, model):
+        return self.inner.initial_message(model)
+
+    def setup(self, replies):
+        return self.inner.setup(replies)
+
+    def message_for(self, client, message):
+        return self.inner.message_for(client, message)
+
+    def aggregate(self, current: Message, replies: Mapping[ClientId, Message]) -> Message:
+        if not replies or not current.tensors:
+            return current
+        c, m, release = self.clipping_norm, len(replies), len(self.ledger.releases)
+        clipped, n_clipped = {}, 0
+        for client in sorted(replies):
+            tensors, was_clipped = clip_update(current.tensors, replies[client].tensors, c)
+            n_clipped += was_clipped
+            clipped[client] = Message(tensors, {**replies[client].scalars, NUM_EXAMPLES: 1.0})
+        cfg = self.config
+        sigma = cfg.noise_multiplier
+        if cfg.adaptive:
+            count_std, sigma = adaptive_noise(cfg.noise_multiplier, m, cfg.clipped_count_stddev)
+            noisy = numpy_rng(self.seed, "client-dp-count", release).normal(n_clipped, count_std) if count_std else n_clipped
+            self.clipping_norm = c * math.exp(-cfg.clip_norm_lr * (noisy / m - cfg.target_quantile))
+        averaged = self.inner.aggregate(current, clipped)
+        generator = torch_generator(self.seed, "client-dp-noise", release)
+        std = sigma * c / m
+        noised = {k: (v + torch.normal(0.0, std, v.shape, generator=generator, dtype=torch.float64).to(v.dtype))
+                  if v.is_floating_point() and std > 0 else v for k, v in averaged.tensors.items()}
+        self.ledger.releases.append(cfg.noise_multiplier)
+        scalars = {**averaged.scalars, CLIPPING_NORM: self.clipping_norm,
+                   CLIENT_DP_EPSILON: self.ledger.epsilon(cfg.delta)}
+        return Message(noised, scalars)
+
+
+def clip_update(current: Mapping[str, torch.Tensor], reply: Mapping[str, torch.Tensor],
+                norm: float) -> tuple[dict[str, torch.Tensor], bool]:
+    """The reply with its floating-point update (reply - current) scaled to L2 norm at most
+    `norm` over all tensors together (Flower's FlatClip); whether it was scaled down."""
+    floats = [k for k in current if current[k].is_floating_point()]
+    total = math.sqrt(sum(float((reply[k].double() - current[k].double()).pow(2).sum()) for k in floats))
+    factor = min(1.0, norm / total) if total > 0 else 1.0
+    out = dict(reply)
+    for k in floats:
+        out[k] = (current[k].double() + factor * (reply[k].double() - current[k].double())).to(reply[k].dtype)
+    return out, factor < 1
+

@@ -1,0 +1,106 @@
+"""The privacy layer on whole studies: DP-SGD on the pain study (its CNN's BatchNorm becomes
+GroupNorm), client-level DP on the toy study of tests/toy_study (registered from outside
+fedcare) through `fedcare run` and on Flower's Simulation Engine with the same records, bit
+for bit, as the simulator. The toy's margin head enters the loss by its weight, not by a
+layer call, so Opacus has no per-example gradient for it: DP-SGD refuses it by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from flwr.serverapp import ServerApp
+from typer.testing import CliRunner
+
+from fedcare.cli import app
+from fedcare.config import DPSGD, Privacy, load_config, to_toml
+from fedcare.studies.run import run_study
+from flower_inprocess import InProcessBackend, simulation_backend
+from test_study_registry import CLIENTS, records, toy, write_experiment  # noqa: F401 (toy is a fixture)
+
+PRIVACY = "[privacy.client_dp]\nnoise_multiplier = 0.5\nclipping_norm = 2.0\n"
+
+
+def private_experiment(path, **data):
+    write_experiment(path, **data)
+    path.write_text(path.read_text() + PRIVACY)
+    return path
+
+
+def test_dp_sgd_on_the_pain_study_reports_epsilon(tmp_path):
+    from test_pain_study import small_config
+
+    config = small_config().model_copy(update={"methods": ["FP(N)"], "privacy": Privacy(dp_sgd=DPSGD())})
+    out = run_study(config, tmp_path / "pain")
+    rounds = [r for r in records(out, "round") if r["method"] == "FP(N)"]
+    eps = [r["dp_epsilon"] for r in rounds]
+    assert eps and all(0 < e < float("inf") for e in eps) and eps == sorted(eps)
+    assert "DP-SGD (sample-level): epsilon spent at delta = 1e-05" in (out / "report.html").read_text()
+
+
+def test_client_dp_runs_in_any_study_and_its_report_shows_epsilon(toy, tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(private_experiment(tmp_path / "toy.toml")), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rounds = [r for r in records(out, "round") if r["method"] == "fedavg"]
+    central = [r["client_dp_epsilon"] for r in rounds]
+    assert len(central) == 3 and 0 < central[0] < central[1] < central[2] < float("inf")
+    assert all(r["client_dp_clipping_norm"] == 2.0 for r in rounds)
+    assert "client-level DP: epsilon spent at delta = 1e-05" in (out / "report.html").read_text()
+
+
+def test_dp_sgd_refuses_a_loss_that_bypasses_the_layers(toy, tmp_path):
+    path = private_experiment(tmp_path / "toy.toml")
+    path.write_text(path.read_text() + "[privacy.dp_sgd]\n")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run")])
+    assert result.exit_code != 0
+    assert "privacy.dp_sgd: no per-example gradient for ['head.weight']" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_bad_privacy_key_names_it(toy, tmp_path):
+    path = private_experiment(tmp_path / "toy.toml")
+    path.write_text(path.read_text() + "noise = 3\n")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run")])
+    assert result.exit_code != 0
+    assert "privacy.client_dp.noise" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.timeout(300)
+def test_privacy_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path):
+    from flwr.simulation import run_simulation
+
+    from fedcare.deployment.app import client_app, run_experiment
+    from fedcare_toy.data import generate
+
+    data = generate(tmp_path / "data", CLIENTS, 4, 12)
+    config = load_config(private_experiment(tmp_path / "toy.toml", root=data))
+    local = run_study(config, tmp_path / "local")
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "toy.toml",
+                              "out": str(tmp_path / "flower")})
+
+    InProcessBackend.workers = CLIENTS
+    with simulation_backend() as backend:
+        run_simulation(server, client_app, num_supernodes=CLIENTS, backend_name=backend)
+    got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
+    assert any("client_dp_epsilon" in r for r in expected) and got == expected  # noise and epsilon alike, bit for bit
+
+
+@pytest.mark.timeout(300)
+def test_dp_sgd_on_flower_equals_the_simulator(tmp_path):
+    """DP-SGD at the sites: the GroupNorm model, the noise and each client's ledger (in
+    Flower's Context.state) give the simulator's records, epsilon included, bit for bit."""
+    from fedcare.data.synthetic.pain import generate_pain_cohort
+    from test_flower_pain import SUBJECTS, _records, _run_on_flower, flower_config
+
+    root = tmp_path / "unbc"
+    generate_pain_cohort(root, subjects=[42, *SUBJECTS], frame_scale=0.02, image_size=32)
+    config = flower_config(root).model_copy(update={"methods": ["FP(N)"], "privacy": Privacy(dp_sgd=DPSGD())})
+    _run_on_flower(config, tmp_path / "flower")
+    local = run_study(config, tmp_path / "local")
+    got, expected = _records(tmp_path / "flower"), _records(local)
+    assert any(r.get("dp_epsilon", 0) > 0 for r in expected) and got == expected
