@@ -138,8 +138,8 @@ class DPSGDClient(ClientHalf):
     def receive_setup(self, message: Message, state: ClientState) -> ClientState:
         return self.inner.receive_setup(message, state)
 
-    def evaluate(self, model, message, state, data, metrics):
-        return self.inner.evaluate(model, message, state, data, metrics)
+    def evaluate(self, model, message, state, data, metrics, rng=None):
+        return self.inner.evaluate(model, message, state, data, metrics, rng)
 
     @contextmanager
     def _private(self, model: nn.Module, state: ClientState, data: ClientData, rng: Randomness, purpose: str):
