@@ -269,3 +269,70 @@ def test_a_weights_file_starts_the_backbone_and_a_bad_one_is_named(tmp_path):
     config = FacerecExperiment.model_validate({**small_config(Path("c"), Path("cache")).model_dump(mode="json"),
                                                "train": {"weights": "r18.pt"}}).relative_to(tmp_path)
     assert config.train.weights == tmp_path / "r18.pt" and config.data.cache == tmp_path / "cache"
+
+
+def test_global_testing_draws_impostors_from_the_pool_and_keeps_the_genuine_pairs():
+    y = np.array([0, 0, 1, 1])  # the client's identities 0 and 1
+    pool = np.array([0, 0, 1, 1, 5, 5, 6, 7])  # every client's test images; 5-7 are other clients' people
+    local = sample_pairs(y, np.random.default_rng(0), 100, 400)
+    genuine, impostor = sample_pairs(y, np.random.default_rng(0), 100, 400, pool=pool)
+    assert np.array_equal(genuine, local[0])  # the same rng draws the genuine pairs first
+    assert impostor.shape == (400, 2) and (y[impostor[:, 0]] != pool[impostor[:, 1]]).all()
+    assert set(pool[impostor[:, 1]]) == {0, 1, 5, 6, 7}  # the client's other person and the other clients'
+    assert np.isin(pool[impostor[:, 1]], [5, 6, 7]).mean() > 0.5  # 4 or 5 of the 6 partners are outside
+    assert len(sample_pairs(y, np.random.default_rng(0), 10, 10, pool=np.array([0]))[1]) == 10  # d of identity 1
+    assert len(sample_pairs(y[:2], np.random.default_rng(0), 10, 10, pool=np.array([0, 0]))[1]) == 0
+
+
+def test_a_global_testing_site_holds_every_clients_test_images_as_its_impostor_pool(celeba, tmp_path):
+    from fedcare.studies.facerec import data as frdata
+
+    config = small_config(celeba, tmp_path / "cache")
+    faces = frdata.load_faces(celeba, config, None)
+    local = frdata.sites(faces, celeba)[1].data("eval/local/1")
+    assert local.pool is None and local.identities is None  # the default: local testing
+    sites = frdata.sites(faces, celeba, "global")
+    data = sites[1].data("eval/local/1")
+    assert torch.equal(data.x, local.x) and torch.equal(data.y, local.y)
+    tests = [sites[c].data("eval/global/1") for c in sorted(sites)]
+    assert np.array_equal(data.pool.labels, torch.cat([t.y for t in tests]).numpy())  # global identities
+    assert torch.equal(data.identities, tests[0].y)
+    _, impostor = sample_pairs(data.identities.numpy(), np.random.default_rng(0), 50, 50, pool=data.pool.labels)
+    outside = impostor[~np.isin(data.pool.labels[impostor[:, 1]], data.identities.numpy()), 1]
+    assert len(outside) > 25  # client 1 has 3 of the 12 people
+    drawn = data.pool.subset(outside)
+    everyone = torch.cat([t.x for t in tests])
+    assert torch.equal(drawn.x, everyone[outside]) and not torch.isin(drawn.y, data.identities).any()
+
+
+def test_protocol_impostors_is_checked_and_named_in_one_line(tmp_path):
+    from fedcare.config import ConfigError, load_config, to_toml
+
+    config = small_config(Path("celeba"), Path("cache"))
+    assert config.protocol.impostors == "local"
+    text, path = to_toml(config), tmp_path / "x.toml"
+    assert 'impostors = "local"' in text
+    path.write_text(text.replace('impostors = "local"', 'impostors = "everyone"'))
+    with pytest.raises(ConfigError, match=r"x\.toml: protocol\.impostors: .*'local' or 'global'") as error:
+        load_config(path)
+    assert "\n" not in str(error.value).strip()
+    path.write_text(text.replace('impostors = "local"', 'impostors = "global"'))
+    assert load_config(path).protocol.impostors == "global"
+
+
+def test_global_testing_end_to_end_changes_only_the_impostor_side(celeba, tmp_path):
+    def evals(impostors):
+        config = small_config(celeba, tmp_path / "cache", methods=["fedavg"])
+        config = config.model_copy(update={"protocol": config.protocol.model_copy(update={"impostors": impostors})})
+        run = run_study(config, tmp_path / impostors)
+        return {(r["client"], r["path"]): r for r in records(run, "client_eval")}, run
+
+    local, _ = evals("local")
+    glob, run = evals("global")
+    assert local.keys() == glob.keys() and len(local) == 8
+    assert all(glob[k]["genuine_pairs"] == local[k]["genuine_pairs"] for k in local)
+    scored = [k for k in local if local[k]["tar_global"] is not None]
+    assert scored and any(glob[k]["tar_global"] != local[k]["tar_global"] for k in scored)
+    assert all(0 <= glob[k]["tar_global"] <= 1 and 0 <= glob[k]["tar_tuned"] <= 1 for k in scored)
+    assert json.loads((run / "run.json").read_text())["impostors"] == "global"
+    assert "any client's test split (global testing)" in (run / "report.html").read_text()

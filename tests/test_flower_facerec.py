@@ -1,7 +1,7 @@
 """The face-verification study through Flower's Simulation Engine (`run_simulation`, the
 in-process backend of flower_inprocess.py) equals the in-process simulator bit for bit, with
 local ArcFace heads of a different size at every site (each site partitions its CelebA copy
-and keeps its own client's faces)."""
+and keeps its own client's faces), with either impostor pool."""
 
 import json
 from pathlib import Path
@@ -32,11 +32,13 @@ def _run_on_flower(config, out: Path, sites: int) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_facerec_on_flower_equals_the_simulator(tmp_path):
+@pytest.mark.parametrize("impostors", ["local", "global"])  # global: each site also reads every client's test crops
+def test_facerec_on_flower_equals_the_simulator(tmp_path, impostors):
     root = tmp_path / "celeba"
     generate_celeba(root, seed=1, identities=14, images_per_identity=12, workers=1)
     config = small_config(root, tmp_path / "cache", methods=["hfmaml-local"])
-    config = config.model_copy(update={"data": config.data.model_copy(update={"identities": 10})})  # sizes 3,3,2,2
+    config = config.model_copy(update={"data": config.data.model_copy(update={"identities": 10}),  # sizes 3,3,2,2
+                                       "protocol": config.protocol.model_copy(update={"impostors": impostors})})
     local = run_study(config, tmp_path / "local")
     _run_on_flower(config, tmp_path / "flower", 4)
     expected = records(local, "client_eval") + records(local, "round")
@@ -45,4 +47,4 @@ def test_facerec_on_flower_equals_the_simulator(tmp_path):
     flower = records(tmp_path / "flower", "client_eval") + records(tmp_path / "flower", "round")
     assert flower == expected  # every TAR and loss, bit for bit
     info = json.loads((tmp_path / "flower" / "run.json").read_text())
-    assert info["unseen"] == [4] and info["missed"] == []
+    assert info["unseen"] == [4] and info["missed"] == [] and info["impostors"] == impostors

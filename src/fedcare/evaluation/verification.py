@@ -40,26 +40,32 @@ def all_pairs_tar_at_far(embeddings: torch.Tensor, labels: torch.Tensor, far: fl
 
 
 def sample_pairs(labels: np.ndarray, rng: np.random.Generator, genuine: int = 1000,
-                 impostor: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+                 impostor: int = 1000, pool: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The thesis's Algorithm 7 pairs over one client's test set: `genuine` draws of an image
     d (among those whose identity has another image) with a different image e of the same
-    identity, and `impostor` draws of d with an image e of another identity. Drawn with
-    replacement, so a pair can repeat (the thesis draws 1,000 of each whatever the set's
-    size). Returns (genuine pairs, impostor pairs), each an (n, 2) array of indices; empty
-    when the set has no such pair."""
+    identity, and `impostor` draws of d with an image e of another identity: from the same
+    set ("local testing"), or from `pool`, the labels of another set ("global testing"; e then
+    indexes the pool, whose labels are comparable with `labels`). Drawn with replacement, so a
+    pair can repeat (the thesis draws 1,000 of each whatever the set's size). Returns (genuine
+    pairs, impostor pairs), each an (n, 2) array of indices; empty when there is no such pair."""
     y = np.asarray(labels)
     idx = np.arange(len(y))
     same = y[:, None] == y[None, :]
     partners = same.sum(axis=1) - 1
-    out = []
-    for count, candidates, match in ((genuine, idx[partners > 0], same), (impostor, idx[partners < len(y) - 1], ~same)):
+
+    def draw(count: int, candidates: np.ndarray, partners_of) -> np.ndarray:
         if len(candidates) == 0:
-            out.append(np.zeros((0, 2), np.int64))
-            continue
+            return np.zeros((0, 2), np.int64)
         d = rng.choice(candidates, size=count)
-        e = np.array([rng.choice(np.flatnonzero(match[i] & (idx != i))) for i in d])
-        out.append(np.stack([d, e], axis=1).astype(np.int64))
-    return out[0], out[1]
+        e = np.array([rng.choice(partners_of(i)) for i in d])
+        return np.stack([d, e], axis=1).astype(np.int64)
+
+    genuine_pairs = draw(genuine, idx[partners > 0], lambda i: np.flatnonzero(same[i] & (idx != i)))
+    if pool is None:
+        return genuine_pairs, draw(impostor, idx[partners < len(y) - 1], lambda i: np.flatnonzero(~same[i] & (idx != i)))
+    pool = np.asarray(pool)
+    has_other = np.array([(pool != label).any() for label in y], bool)
+    return genuine_pairs, draw(impostor, idx[has_other], lambda i: np.flatnonzero(pool != y[i]))
 
 
 def pairs_tar_at_far(embeddings: torch.Tensor, genuine: np.ndarray, impostor: np.ndarray,

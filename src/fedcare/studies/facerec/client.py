@@ -10,13 +10,16 @@
   head) is scored, then a copy is tuned for `tune_steps` batches on the client's training
   split (SGD lr 0.01, momentum 0.9: Per-FedAvg's `adapt`) and scored again, on the same
   sampled genuine and impostor pairs of its test split. Tuning and pairs draw from
-  (run seed, client, evaluation path)."""
+  (run seed, client, evaluation path). With global testing (`protocol.impostors`) an impostor
+  pair's second image is any test image of another identity, of any client (the site's
+  `ImpostorPool`); only the drawn pool images are read and embedded."""
 
 from __future__ import annotations
 
 import copy
 import math
 
+import numpy as np
 from torch import nn
 
 from fedcare.algorithms.base import ClientHalf
@@ -74,15 +77,23 @@ class FaceClient(ClientHalf):
             return self.inner.evaluate(model, message, state, data, metrics, rng)
         tune, path = data.tune, data.path
         model = self.load(model, message, self.own_head(state, tune, rng))
-        genuine, impostor = sample_pairs(data.y.numpy(), numpy_rng(rng.seed, "pairs", rng.client, path),
-                                         self.genuine, self.impostor)
+        pairs_rng = numpy_rng(rng.seed, "pairs", rng.client, path)
+        if data.pool is None:  # local testing: impostors from the client's own test split
+            genuine, impostor = sample_pairs(data.y.numpy(), pairs_rng, self.genuine, self.impostor)
+            scored = data
+        else:  # global testing: the second images from the pool, embedded after the client's own
+            genuine, impostor = sample_pairs(data.identities.numpy(), pairs_rng, self.genuine, self.impostor,
+                                             pool=data.pool.labels)
+            drawn, position = np.unique(impostor[:, 1], return_inverse=True)
+            impostor = np.stack([impostor[:, 0], len(data) + position.reshape(-1)], axis=1)
+            scored = ClientData.concat([data, data.pool.subset(drawn)])
         counts = {"n": len(data), "path": path, "genuine_pairs": len(genuine), "impostor_pairs": len(impostor)}
         if not len(genuine) or not len(impostor) or len(tune) < 2:  # nothing to score or to tune on: undefined
             return {**counts, **dict.fromkeys(("tar_global", "tar_tuned", "far_global", "far_tuned"), math.nan)}
         task = self.settings.task
-        before = pairs_tar_at_far(predict(model, data, task)[0], genuine, impostor, self.far)
+        before = pairs_tar_at_far(predict(model, scored, task)[0], genuine, impostor, self.far)
         tuned = adapt(copy.deepcopy(model), tune, self.tune, steps=self.tune_steps,
                       generator=torch_generator(rng.seed, "tune", rng.client, path))
-        after = pairs_tar_at_far(predict(tuned, data, task)[0], genuine, impostor, self.far)
+        after = pairs_tar_at_far(predict(tuned, scored, task)[0], genuine, impostor, self.far)
         return {**counts, "tar_global": before["tar"], "tar_tuned": after["tar"], "far_global": before["far"],
                 "far_tuned": after["far"]}

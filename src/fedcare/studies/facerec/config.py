@@ -46,6 +46,9 @@ class FacerecProtocol(Strict):
     genuine_pairs: int = Field(1000, ge=1)
     impostor_pairs: int = Field(1000, ge=1)
     far: float = Field(0.1, gt=0, lt=1)
+    # impostor pairs' second image: the client's own test split ("local testing", the default),
+    # or the test splits of all clients ("global testing", thesis Algorithm 7's D_global)
+    impostors: Literal["local", "global"] = "local"
 
 
 class FacerecTrain(Strict):

@@ -6,7 +6,9 @@ A site resolves these references on its own client's crops:
 - ``train/global`` and ``train/local``: its training split (`FaceData`), labelled over all
   clients (the global ArcFace head) or over its own identities (a local head);
 - ``eval/global/<path>`` and ``eval/local/<path>``: its test split for evaluation path
-  <path>, carrying the training split for tuning (`EvalData`)."""
+  <path>, carrying the training split for tuning (`EvalData`) and, with
+  ``protocol.impostors = "global"``, the global impostor pool (`ImpostorPool`: every client's
+  test split; CelebA is public, and every site reads the whole copy to partition it)."""
 
 from __future__ import annotations
 
@@ -35,12 +37,31 @@ class FaceData(ClientData):
     classes: int = 0
 
 
+class ImpostorPool:
+    """The thesis's D_global (Algorithm 7, "global testing"): the test splits of all clients,
+    labelled by identity over all clients; crops are read only for the images drawn."""
+
+    def __init__(self, faces: FederatedFaces):
+        tests = [c.test for c in faces.clients]
+        self.rows = np.concatenate([t.rows for t in tests])
+        self.labels = np.concatenate([t.global_labels for t in tests]).astype(np.int64)
+        self.faces = faces.faces
+
+    def subset(self, index: np.ndarray) -> FaceData:
+        images = self.faces.images(self.rows[index])
+        return FaceData(torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))),
+                        torch.from_numpy(self.labels[index]))
+
+
 @dataclass
 class EvalData(ClientData):
-    """A client's test crops for one evaluation path, with its tuning data (training split)."""
+    """A client's test crops for one evaluation path, with its tuning data (training split)
+    and, for global testing, the impostor pool and its test images' global identities."""
 
     tune: FaceData | None = None
     path: int = 0
+    pool: ImpostorPool | None = None
+    identities: torch.Tensor | None = None
 
 
 def generate(config: FacerecExperiment, workdir: Path, progress: Progress | None) -> Path:
@@ -77,12 +98,13 @@ def _tensors(split: FaceSplit, labels: str) -> tuple[torch.Tensor, torch.Tensor]
 
 
 class FaceSite:
-    """One client's crops (train and test splits)."""
+    """One client's crops (train and test splits) and, for global testing, the impostor pool."""
 
-    def __init__(self, faces: ClientFaces, global_classes: int, synthetic: bool):
+    def __init__(self, faces: ClientFaces, global_classes: int, synthetic: bool, pool: ImpostorPool | None = None):
         self.client = faces.client
         self.synthetic = synthetic
         self.faces = faces
+        self.pool = pool
         self.classes = {"global": global_classes, "local": faces.n_classes}
         self._cache: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -104,11 +126,16 @@ class FaceSite:
             if parts[0] == "train" and len(parts) == 2:
                 return self.train(parts[1])
             if parts[0] == "eval" and len(parts) == 3 and parts[2].isdigit():
-                return EvalData(*self._split("test", parts[1]), tune=self.train(parts[1]), path=int(parts[2]))
+                data = EvalData(*self._split("test", parts[1]), tune=self.train(parts[1]), path=int(parts[2]))
+                if self.pool is not None:  # global testing
+                    data.pool, data.identities = self.pool, self._split("test", "global")[1]
+                return data
         raise SiteError(f"client {self.client}: unknown data reference {ref!r} "
                         f"(expected train/<global|local> or eval/<global|local>/<path>)")
 
 
-def sites(faces: FederatedFaces, root: Path) -> dict[int, FaceSite]:
+def sites(faces: FederatedFaces, root: Path, impostors: str = "local") -> dict[int, FaceSite]:
+    """One site per client; with `impostors` "global" every site holds the impostor pool."""
     synthetic = (Path(root) / SYNTHETIC_MARKER).is_file()
-    return {c.client: FaceSite(c, faces.n_global_classes, synthetic) for c in faces.clients}
+    pool = ImpostorPool(faces) if impostors == "global" else None
+    return {c.client: FaceSite(c, faces.n_global_classes, synthetic, pool) for c in faces.clients}

@@ -33,7 +33,8 @@ class FacerecProtocol(StudyProtocol):
         summaries = self.runtime.summaries()
         return {"partition": self.config.data.partition, "clients": len(summaries),
                 "unseen": [c for c in self.config.protocol.unseen if c in summaries],
-                "training_clients": self.training_clients(), "rounds": self.config.protocol.rounds}
+                "training_clients": self.training_clients(), "rounds": self.config.protocol.rounds,
+                "impostors": self.config.protocol.impostors}
 
     def global_classes(self) -> int:
         return max(s["global_classes"] for s in self.runtime.summaries().values())

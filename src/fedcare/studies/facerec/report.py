@@ -149,8 +149,11 @@ def build_report(run_dir: Path, run_info: dict, notes: list[str]) -> Path:
                                             xlabel="client", ylabel="TAR (%)",
                                             title=f"Per-client TAR@FAR, {'tuned' if k == 'tar_tuned' else 'global'} model")
              for k in KINDS}
+    pool = ("any client's test split (global testing)" if run_info.get("impostors") == "global"
+            else "the client's own test split (local testing)")
     how = ("<p>How to read this: TAR@FAR is the share of genuine pairs (two images of one person) scoring above the "
-           "threshold that lets through the given share of impostor pairs; higher is better. 'global' is the "
+           "threshold that lets through the given share of impostor pairs; higher is better. An impostor pair is "
+           f"one of the client's test images and an image of another person from {pool}. 'global' is the "
            "trained model as received, 'tuned' the same model after a few local batches. Unseen clients never "
            "trained.</p>")
     sections = [("summary", "Summary", "Summary", how + "".join(table_block(x) for x in t.values()))]

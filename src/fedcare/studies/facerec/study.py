@@ -41,7 +41,7 @@ class FacerecStudy(Study):
         root = frdata.generate(self.config, workdir, progress) if self.config.data.synthetic else self.config.data.root
         cache = workdir / "face-cache" if self.config.data.synthetic else None
         faces = frdata.load_faces(root, self.config, cache, progress)
-        sites = frdata.sites(faces, root)
+        sites = frdata.sites(faces, root, self.config.protocol.impostors)
         synthetic = all(s.synthetic for s in sites.values())
         p = faces.partition
         return LocalRuntime(sites, self.algorithm, synthetic=synthetic,
@@ -55,9 +55,10 @@ class FacerecStudy(Study):
 
     def open_site(self, site: str, data_dir: Path) -> frdata.FaceSite:
         """A site holds one client: it partitions its CelebA copy (`data_dir`) as every site
-        does and keeps its own client's crops only."""
+        does and keeps its own client's crops only (and, for global testing, every client's
+        test crops: the public impostor pool)."""
         client = self.site_client(site)
         if not Path(data_dir).is_dir():
             raise SiteError(f"site {site!r}: data directory {data_dir} does not exist")
         faces = frdata.load_faces(Path(data_dir), self.config, None)  # data.cache, else the user cache
-        return frdata.sites(faces, Path(data_dir))[client]
+        return frdata.sites(faces, Path(data_dir), self.config.protocol.impostors)[client]
