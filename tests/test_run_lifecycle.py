@@ -56,9 +56,15 @@ def write_config(path: Path, config) -> Path:
     return path
 
 
+def _ctrl_c_as_on_a_terminal() -> None:
+    # A shell without job control starts background jobs with SIGINT ignored, and an ignored
+    # SIGINT stays ignored across exec: give the run the terminal's default, as a user has it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(*args: str, cwd: Path | None = None, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "fedcare.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **popen)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_on_a_terminal, **popen)
 
 
 def wait_for_units(partial: Path, units: int, proc: subprocess.Popen, timeout: float = 300) -> None:

@@ -158,12 +158,12 @@ class Study(ABC):
         return importlib.import_module(cls.report_module).summary_markdown(run_dir)
 
 
-def _with_private_model(new_model: Callable[[Study], nn.Module]) -> Callable[[Study], nn.Module]:
+def _with_private_model(new_model: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
     @functools.wraps(new_model)
-    def wrapped(self: Study) -> nn.Module:
+    def wrapped(self: Study, *args: Any, **kwargs: Any) -> nn.Module:  # a study's own arguments (facerec: classes)
         from fedcare.privacy import private_model
 
-        return private_model(new_model(self), self.config.privacy)
+        return private_model(new_model(self, *args, **kwargs), self.config.privacy)
 
     return wrapped
 
