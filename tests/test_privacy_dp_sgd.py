@@ -187,6 +187,24 @@ def test_an_algorithm_stepping_outside_the_loop_is_refused():
         private_algorithm(algo, Privacy(dp_sgd=DPSGD()))
 
 
+
+def test_dp_sgd_reaches_the_half_that_trains_through_a_wrapper():
+    """A study's wrapper around the algorithm's half (the surgical study's seeded Dropout,
+    facerec's own heads) must not keep the hook from the half that takes the steps."""
+    from dataclasses import replace
+
+    from fedcare.algorithms import perfedavg
+    from fedcare.algorithms.base import DelegatingClient
+
+    algo = fedavg(TrainSettings())
+    wrapped = replace(algo, client=DelegatingClient(algo.client))
+    private = private_algorithm(wrapped, Privacy(dp_sgd=DPSGD()))
+    assert isinstance(algo.client.settings.gradient_hook, PerExampleClipNoise)
+    assert private.client.settings is algo.client.settings
+    meta = perfedavg(TrainSettings())
+    with pytest.raises(PrivacyError, match="outside the training loop"):
+        private_algorithm(replace(meta, client=DelegatingClient(meta.client)), Privacy(dp_sgd=DPSGD()))
+
 def test_privacy_off_changes_nothing():
     algo = fedavg(TrainSettings())
     assert private_algorithm(algo, None) is algo

@@ -89,6 +89,56 @@ class ClientHalf:
         return task.metrics(metrics, scores, loss, data)
 
 
+
+class DelegatingClient(ClientHalf):
+    """Another client half (`inner`) with some of its operations changed: what a subclass does
+    not override goes to `inner`, and `settings`, `split` and `trains_in_loop` are inner's, so
+    a change of settings (DP-SGD's gradient hook) reaches the half that trains, through any
+    number of wrappers."""
+
+    def __init__(self, inner: ClientHalf):  # no ClientHalf.__init__: settings and split are inner's
+        self.inner = inner
+
+    @property
+    def settings(self) -> TrainSettings:
+        return self.inner.settings
+
+    @settings.setter
+    def settings(self, value: TrainSettings) -> None:
+        self.inner.settings = value
+
+    @property
+    def split(self) -> ParameterSplit:
+        return self.inner.split
+
+    @property
+    def trains_in_loop(self) -> bool:  # type: ignore[override]
+        return self.inner.trains_in_loop
+
+    def init_state(self, model: nn.Module) -> ClientState:
+        return self.inner.init_state(model)
+
+    def load(self, model: nn.Module, message: Message, state: ClientState) -> nn.Module:
+        return self.inner.load(model, message, state)
+
+    def outgoing(self, model: nn.Module, n: int, loss: float) -> tuple[Message, ClientState]:
+        return self.inner.outgoing(model, n, loss)
+
+    def fit(self, model, message, state, data, rng):
+        return self.inner.fit(model, message, state, data, rng)
+
+    def after_aggregation(self, model, message, state, data, rng):
+        return self.inner.after_aggregation(model, message, state, data, rng)
+
+    def setup(self, model, message, state, data, rng):
+        return self.inner.setup(model, message, state, data, rng)
+
+    def receive_setup(self, message: Message, state: ClientState) -> ClientState:
+        return self.inner.receive_setup(message, state)
+
+    def evaluate(self, model, message, state, data, metrics, rng=None):
+        return self.inner.evaluate(model, message, state, data, metrics, rng)
+
 class ServerHalf:
     """Weighted average of the shared tensors, in a fixed order (sorted by client id):
     float sums depend on order, and replies may arrive in any order."""

@@ -30,8 +30,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from fedcare.algorithms.base import DP_EPSILON, ClientHalf
-from fedcare.algorithms.messages import ClientState, Message
+from fedcare.algorithms.base import DP_EPSILON, ClientHalf, DelegatingClient
+from fedcare.algorithms.messages import ClientState
 from fedcare.algorithms.training import ClientData, Randomness
 from fedcare.config import DPSGD
 from fedcare.runtime.clients import PRIVACY_LEDGER
@@ -104,21 +104,15 @@ def epsilon(ledger: torch.Tensor, delta: float, accountant: str = "rdp") -> floa
     return float(acc.get_epsilon(delta))
 
 
-class DPSGDClient(ClientHalf):
+class DPSGDClient(DelegatingClient):
     """Any client half with every one of its training steps under DP-SGD. It delegates to
     `inner` (whose settings get the clipping hook) and keeps the privacy ledger in the state."""
 
     def __init__(self, inner: ClientHalf, config: DPSGD):
-        self.inner, self.config = inner, config
+        super().__init__(inner)
+        self.config = config
         self.hook = PerExampleClipNoise(config)
-        inner.settings = replace(inner.settings, gradient_hook=self.hook)
-        self.settings, self.split = inner.settings, inner.split
-
-    def init_state(self, model: nn.Module) -> ClientState:
-        return self.inner.init_state(model)
-
-    def load(self, model: nn.Module, message: Message, state: ClientState) -> nn.Module:
-        return self.inner.load(model, message, state)
+        self.settings = replace(inner.settings, gradient_hook=self.hook)  # reaches the half that trains
 
     def fit(self, model, message, state, data, rng):
         with self._private(model, state, data, rng, "fit") as ledger:
@@ -131,15 +125,6 @@ class DPSGDClient(ClientHalf):
         with self._private(model, state, data, rng, "after-aggregation") as ledger:
             new_state = self.inner.after_aggregation(model, message, state, data, rng)
         return {**new_state, LEDGER: ledger()}
-
-    def setup(self, model, message, state, data, rng):
-        return self.inner.setup(model, message, state, data, rng)
-
-    def receive_setup(self, message: Message, state: ClientState) -> ClientState:
-        return self.inner.receive_setup(message, state)
-
-    def evaluate(self, model, message, state, data, metrics, rng=None):
-        return self.inner.evaluate(model, message, state, data, metrics, rng)
 
     @contextmanager
     def _private(self, model: nn.Module, state: ClientState, data: ClientData, rng: Randomness, purpose: str):

@@ -22,7 +22,7 @@ import math
 import numpy as np
 from torch import nn
 
-from fedcare.algorithms.base import ClientHalf
+from fedcare.algorithms.base import ClientHalf, DelegatingClient
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.perfedavg import adapt
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, predict
@@ -31,13 +31,12 @@ from fedcare.models.face_resnet import BINARY_WEIGHT, HEAD_WEIGHT, init_head
 from fedcare.seeding import numpy_rng, torch_generator
 
 
-class FaceClient(ClientHalf):
+class FaceClient(DelegatingClient):
     """An algorithm's client half (`inner`) with client-sized heads and tuned evaluation."""
 
     def __init__(self, inner: ClientHalf, tune: TrainSettings, tune_steps: int, genuine: int, impostor: int,
                  far: float):
-        super().__init__(inner.settings, inner.split)
-        self.inner = inner
+        super().__init__(inner)
         self.tune, self.tune_steps = tune, tune_steps
         self.genuine, self.impostor, self.far = genuine, impostor, far
 
@@ -52,23 +51,8 @@ class FaceClient(ClientHalf):
         return new
 
     # -- the algorithm's half, with the client's own head ----------------------------------
-    def init_state(self, model: nn.Module) -> ClientState:
-        return self.inner.init_state(model)
-
-    def load(self, model: nn.Module, message: Message, state: ClientState) -> nn.Module:
-        return self.inner.load(model, message, state)
-
     def fit(self, model, message, state, data, rng):
         return self.inner.fit(model, message, self.own_head(state, data, rng), data, rng)
-
-    def after_aggregation(self, model, message, state, data, rng):
-        return self.inner.after_aggregation(model, message, state, data, rng)
-
-    def setup(self, model, message, state, data, rng):
-        return self.inner.setup(model, message, state, data, rng)
-
-    def receive_setup(self, message, state):
-        return self.inner.receive_setup(message, state)
 
     # -- evaluation --------------------------------------------------------------------
     def evaluate(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, metrics: str,

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from fedcare.algorithms import Algorithm, feddg, feddyn, fedprox, fedrep, with_server_optimizer
-from fedcare.algorithms.base import EXTRA, ClientHalf, ServerHalf
+from fedcare.algorithms.base import EXTRA, ClientHalf, DelegatingClient, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL
 from fedcare.algorithms.training import AdamW, ClientData, OneCycle, Randomness, SGD, TrainSettings, train_epochs
@@ -98,22 +98,8 @@ def seeded_global_generator(rng: Randomness, operation: str):
         yield
 
 
-class SeededClient(ClientHalf):
-    """Another client half whose operations run under `seeded_global_generator` (Dropout)."""
-
-    def __init__(self, inner: ClientHalf):
-        self.inner = inner
-        self.settings = inner.settings
-        self.split = inner.split
-
-    def init_state(self, model: nn.Module) -> ClientState:
-        return self.inner.init_state(model)
-
-    def load(self, model: nn.Module, message: Message, state: ClientState) -> nn.Module:
-        return self.inner.load(model, message, state)
-
-    def outgoing(self, model: nn.Module, n: int, loss: float):
-        return self.inner.outgoing(model, n, loss)
+class SeededClient(DelegatingClient):
+    """Another client half whose training operations run under `seeded_global_generator` (Dropout)."""
 
     def fit(self, model, message, state, data, rng):
         with seeded_global_generator(rng, "fit"):
@@ -126,12 +112,6 @@ class SeededClient(ClientHalf):
     def setup(self, model, message, state, data, rng):
         with seeded_global_generator(rng, "setup"):
             return self.inner.setup(model, message, state, data, rng)
-
-    def receive_setup(self, message: Message, state: ClientState) -> ClientState:
-        return self.inner.receive_setup(message, state)
-
-    def evaluate(self, model, message, state, data, metrics, rng=None):
-        return self.inner.evaluate(model, message, state, data, metrics, rng)
 
 
 def task(config: SurgicalExperiment, global_weight: torch.Tensor | None) -> MultilabelTask:
