@@ -88,11 +88,21 @@ class ClientDP(Strict):
     delta: float = Field(1e-5, gt=0, lt=1)  # the target delta epsilon is reported for
 
 
+class SecureAggregation(Strict):
+    """`[privacy.secure_aggregation]`: the server learns only the weighted sum of the clients'
+    updates (SecAgg+ on fedcare's exchange, `fedcare.privacy.secagg`)."""
+
+    # t as a fraction of a round's clients (at least 2): a round finishes while t clients are
+    # left; above one half, so two disjoint groups can never both rebuild a client's secrets
+    threshold: float = Field(2 / 3, gt=0.5, le=1)
+
+
 class Privacy(Strict):
     """`[privacy]`: the protections a run applies, each off unless its table is given."""
 
     dp_sgd: DPSGD | None = None
     client_dp: ClientDP | None = None
+    secure_aggregation: SecureAggregation | None = None
 
 
 class Experiment(Strict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -79,6 +80,11 @@ class ClientHalf:
         """Takes the server's setup answer (e.g. the amplitude bank) into the client's state."""
         return state
 
+    def exchange(self, name: str, message: Message, state: ClientState) -> tuple[Message, ClientState]:
+        """A named exchange of a protocol around the algorithm (secure aggregation's keys,
+        shares and unmasking, `fedcare.privacy.secagg`): a reply and the new state."""
+        raise ValueError(f"{type(self).__name__} has no exchange {name!r}")
+
     def evaluate(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, metrics: str,
                  rng: Randomness | None = None) -> dict:
         """The metrics `metrics` (a kind the task knows, e.g. "binary") of the model this client
@@ -136,6 +142,9 @@ class DelegatingClient(ClientHalf):
     def receive_setup(self, message: Message, state: ClientState) -> ClientState:
         return self.inner.receive_setup(message, state)
 
+    def exchange(self, name: str, message: Message, state: ClientState) -> tuple[Message, ClientState]:
+        return self.inner.exchange(name, message, state)
+
     def evaluate(self, model, message, state, data, metrics, rng=None):
         return self.inner.evaluate(model, message, state, data, metrics, rng)
 
@@ -185,3 +194,5 @@ class Algorithm:
     client: ClientHalf
     server: ServerHalf
     pooled: bool = False  # centralized: one participant holding every client's data
+    # collects a round's fit replies as one masked sum instead (fedcare.privacy.secagg.SecureAggregation)
+    secure: Any = None

@@ -1,5 +1,5 @@
 """The privacy layer: protections a study's experiment turns on in `[privacy]` (DP-SGD at
-each client, client-level DP at the server), applied to any study's model and algorithms
+each client, client-level DP at the server, secure aggregation), applied to any study's model and algorithms
 (`fedcare.studies.base.Study` calls `private_model` and `private_algorithm`), in the
 simulator and on Flower alike. See docs/privacy.md."""
 
@@ -9,10 +9,12 @@ from dataclasses import replace
 
 from torch import nn
 
-from fedcare.algorithms.base import Algorithm
+from fedcare.algorithms.base import Algorithm, ServerHalf
+from fedcare.algorithms.server_optimizers import OptimizedServer
 from fedcare.config import Privacy
 from fedcare.privacy.client_dp import ClientDPServer
 from fedcare.privacy.dp_sgd import DPSGDClient, PrivacyError, private_model as _dp_sgd_model
+from fedcare.privacy.secagg import SecureAggClient, SecureAggregation
 
 
 def private_model(model: nn.Module, privacy: Privacy | None) -> nn.Module:
@@ -38,7 +40,32 @@ def private_algorithm(algorithm: Algorithm, privacy: Privacy | None) -> Algorith
             raise PrivacyError(f"privacy.client_dp: {algorithm.name} has one participant holding all the data; "
                                f"client-level DP needs clients")
         server = ClientDPServer(server, privacy.client_dp, algorithm.name)
-    return replace(algorithm, client=client, server=server)
+    secure = algorithm.secure
+    if privacy.secure_aggregation is not None and secure is None:
+        refuse_secure_aggregation(algorithm, privacy)
+        client, secure = SecureAggClient(client), SecureAggregation(privacy.secure_aggregation.threshold)
+    return replace(algorithm, client=client, server=server, secure=secure)
+
+
+def refuse_secure_aggregation(algorithm: Algorithm, privacy: Privacy) -> None:
+    """An error saying why, for an algorithm whose server needs what secure aggregation hides:
+    the individual replies. A server optimizer (FedAdam, the surgical study's AdamW) needs
+    only the average and is accepted."""
+    why = None
+    inner = algorithm.server.inner if isinstance(algorithm.server, OptimizedServer) else algorithm.server
+    if algorithm.pooled:
+        why = "it has one participant holding all the data: there is nothing to add up"
+    elif privacy.client_dp is not None:
+        why = ("client-level DP (privacy.client_dp) clips each client's update at the server, which secure "
+               "aggregation hides; use one or the other")
+    elif type(inner).setup is not ServerHalf.setup:
+        why = (f"its setup exchange ({type(inner).__name__}.setup: FedAP's feature statistics, FedDG's amplitude "
+               f"spectra) sends the server statistics of each client's data one by one")
+    elif type(inner).aggregate is not ServerHalf.aggregate or type(inner).message_for is not ServerHalf.message_for:
+        why = (f"its server ({type(inner).__name__}) aggregates by its own rule from each client's reply (FedAP's "
+               f"personal aggregates, q-FedAvg's per-client losses, FedDyn's correction), not from their sum")
+    if why:
+        raise PrivacyError(f"privacy.secure_aggregation: {algorithm.name} cannot run under secure aggregation: {why}")
 
 
 __all__ = ["PrivacyError", "private_algorithm", "private_model"]

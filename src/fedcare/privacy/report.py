@@ -1,6 +1,7 @@
 """What a run's report says about its privacy: the epsilon each method spent, from the
 `round` records of metrics.jsonl (`dp_epsilon`: DP-SGD, the largest over the clients;
-`client_dp_epsilon`: client-level DP) and the deltas in config.toml. Shared by every study's
+`client_dp_epsilon`: client-level DP) and the deltas in config.toml, and whether secure
+aggregation hid the individual updates. Shared by every study's
 report as notes at the top of the page."""
 
 from __future__ import annotations
@@ -36,4 +37,9 @@ def privacy_notes(run_dir: Path) -> list[str]:
             notes.append(f"Privacy, {label}: epsilon spent at delta = {delta} (largest over clients and rounds) — "
                          f"{listed}. See docs/privacy.md for "
                          f"what it covers and what it does not.")
+    if "secure_aggregation" in privacy:
+        threshold = privacy["secure_aggregation"].get("threshold", 2 / 3)
+        notes.append(f"Privacy, secure aggregation (SecAgg+): the server received only the weighted sum of each "
+                     f"round's updates, never one client's; a round finishes while at least {threshold:.0%} of its "
+                     f"clients are left. Evaluation metrics still leave each client in clear (docs/privacy.md).")
     return notes

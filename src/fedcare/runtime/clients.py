@@ -69,6 +69,15 @@ class Evaluate:
 
 
 @dataclass(frozen=True)
+class Exchange:
+    """A named exchange of a protocol around the algorithm (`ClientHalf.exchange`)."""
+
+    name: str
+    round: int
+    message: Message
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Keep a copy of the current state (the best round so far, under early stopping)."""
 
@@ -78,7 +87,7 @@ class Restore:
     """Go back to the snapshot."""
 
 
-Operation = Union[Fit, AfterAggregation, Setup, ReceiveSetup, Evaluate, Snapshot, Restore]
+Operation = Union[Fit, AfterAggregation, Setup, ReceiveSetup, Evaluate, Exchange, Snapshot, Restore]
 
 
 class ClientRunner:
@@ -93,7 +102,7 @@ class ClientRunner:
         self.best: ClientState | None = None
 
     def run(self, op: Operation, model: nn.Module, data: ClientData | None) -> Message | dict | None:
-        """Message for Fit and Setup (None: no setup), metrics for Evaluate, else None."""
+        """Message for Fit, Setup (None: no setup) and Exchange, metrics for Evaluate, else None."""
         half = self.half
         if isinstance(op, Fit):
             reply, self.state = half.fit(model, op.message, self.state, data, self._rng(op.phase, op.round))
@@ -108,6 +117,9 @@ class ClientRunner:
             return None
         if isinstance(op, Evaluate):
             return half.evaluate(model, op.message, self.state, data, op.metrics, self._rng("evaluate", 0))
+        if isinstance(op, Exchange):
+            reply, self.state = half.exchange(op.name, op.message, self.state)
+            return reply
         if isinstance(op, Snapshot):
             self.best = clone_state(self.state)
             return None
@@ -142,6 +154,8 @@ class Clients(Protocol):
     def receive_setup(self, answers: Mapping[ClientId, Message]) -> None: ...
 
     def evaluate(self, work: Work, metrics: str) -> dict[ClientId, dict]: ...
+
+    def exchange(self, name: str, rnd: int, messages: Mapping[ClientId, Message]) -> dict[ClientId, Message]: ...
 
     def snapshot(self) -> None: ...
 
@@ -201,6 +215,9 @@ class LocalClients:
 
     def evaluate(self, work: Work, metrics: str) -> dict[ClientId, dict]:
         return {c: self._run(c, Evaluate(m, d, metrics)) for c, (m, d) in sorted(work.items())}
+
+    def exchange(self, name: str, rnd: int, messages: Mapping[ClientId, Message]) -> dict[ClientId, Message]:
+        return {c: self._run(c, Exchange(name, rnd, m)) for c, m in sorted(messages.items())}
 
     def snapshot(self) -> None:
         for r in self.runners.values():  # any order: each client's copy is its own

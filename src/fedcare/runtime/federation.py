@@ -89,18 +89,26 @@ class Federation:
 
     def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, DataRef]) -> dict:
         participants = self.sample(phase, rnd, list(train))
-        replies = self.clients.fit(phase, rnd, self.work({c: train[c] for c in participants}))
+        work = self.work({c: train[c] for c in participants})
+        secure = self.algorithm.secure
+        if secure is None:
+            replies = self.clients.fit(phase, rnd, work)
+            answered = sorted(replies)  # on Flower a site may have dropped out
+        else:  # secure aggregation: the server gets one reply, the survivors' weighted mean
+            if self.observers:
+                raise RuntimeError("privacy.secure_aggregation: the server sees only the sum of the updates, but "
+                                   "this federation's observers need each client's update")
+            replies, answered = secure.fit(self.clients, phase, rnd, work, getattr(self.server, "weighting", "examples"))
         previous = self.global_message
         self.global_message = self.server.aggregate(self.global_message, replies)
         for observe in self.observers:
             observe(previous, replies, self.global_message)
-        answered = sorted(replies)  # on Flower a site may have dropped out
         self.clients.after_aggregation(phase, rnd, self.work({c: train[c] for c in answered}))
-        sizes = {c: replies[c].scalars[NUM_EXAMPLES] for c in answered}
+        sizes = {c: m.scalars[NUM_EXAMPLES] for c, m in replies.items()}
         n = sum(sizes.values())
-        loss = sum(replies[c].scalars[TRAIN_LOSS] * sizes[c] for c in answered) / max(n, 1)
+        loss = sum(replies[c].scalars[TRAIN_LOSS] * sizes[c] for c in sorted(replies)) / max(n, 1)
         info = {"train_loss": loss, "clients": len(answered), "n_train": int(n)}
-        epsilons = [replies[c].scalars[DP_EPSILON] for c in answered if DP_EPSILON in replies[c].scalars]
+        epsilons = [m.scalars[DP_EPSILON] for m in replies.values() if DP_EPSILON in m.scalars]
         if epsilons:  # DP-SGD: the largest epsilon any client has spent so far
             info[DP_EPSILON] = max(epsilons)
         for key, value in self.global_message.scalars.items():

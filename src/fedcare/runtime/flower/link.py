@@ -35,6 +35,7 @@ from fedcare.runtime.clients import (
     AfterAggregation,
     DataRef,
     Evaluate,
+    Exchange,
     Fit,
     ReceiveSetup,
     Restore,
@@ -237,6 +238,10 @@ class FlowerClients:
     def evaluate(self, work: Work, metrics: str) -> dict[ClientId, dict]:
         return self._exchange({c: [Evaluate(m, d, metrics)] for c, (m, d) in work.items()},
                               {"operation": f"evaluate {metrics}", "data": sorted({str(d) for _, d in work.values()})})
+
+    def exchange(self, name: str, rnd: int, messages: Mapping[ClientId, FedMessage]) -> dict[ClientId, FedMessage]:
+        return self._exchange({c: [Exchange(name, rnd, m)] for c, m in messages.items()},
+                              {"operation": name, "round": rnd})
 
     def snapshot(self) -> None:
         for c in self.ready:

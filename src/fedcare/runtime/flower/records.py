@@ -22,6 +22,7 @@ from fedcare.algorithms.messages import Message
 from fedcare.runtime.clients import (
     AfterAggregation,
     Evaluate,
+    Exchange,
     Fit,
     Operation,
     ReceiveSetup,
@@ -59,7 +60,7 @@ class Begin:
 
 
 _OP_NAMES = {Fit: "fit", AfterAggregation: "after_aggregation", Setup: "setup", ReceiveSetup: "receive_setup",
-             Evaluate: "evaluate", Snapshot: "snapshot", Restore: "restore", Begin: "begin"}
+             Evaluate: "evaluate", Exchange: "exchange", Snapshot: "snapshot", Restore: "restore", Begin: "begin"}
 _OP_TYPES = {v: k for k, v in _OP_NAMES.items()}
 OPS = "fedcare-ops"
 RESULTS = "fedcare-results"

@@ -136,6 +136,14 @@ class SurgicalExperiment(Experiment):
                              f"pixels")
         return self
 
+    @model_validator(mode="after")
+    def _updates_are_measured(self) -> "SurgicalExperiment":
+        # the thesis's CosSim and GradDiff (Fig. 6.3) are statistics of each client's update at the server
+        if self.privacy is not None and self.privacy.secure_aggregation is not None:
+            raise ValueError("privacy.secure_aggregation: the surgical study measures each client's update at the "
+                             "server (CosSim, GradDiff), which secure aggregation hides")
+        return self
+
     def relative_to(self, folder: Path) -> "SurgicalExperiment":
         """Relative data folders, the frame cache and the weights file resolve against `folder`."""
         def resolve(p: Path | None) -> Path | None:
