@@ -177,11 +177,16 @@ def test_a_round_of_one_client_is_refused():
     (lambda: feddg(SETTINGS), "setup exchange"),
     (lambda: qfedavg(SETTINGS), "aggregates by its own rule"),
     (lambda: feddyn(SETTINGS), "aggregates by its own rule"),
-    (lambda: centralized(SETTINGS), "one participant holding all the data"),
 ])
 def test_algorithms_needing_individual_replies_are_refused(algorithm, reason):
     with pytest.raises(PrivacyError, match=f"privacy.secure_aggregation: .* cannot run under secure aggregation: .*{reason}"):
         private_algorithm(algorithm(), SECURE)
+
+
+def test_centralized_training_runs_as_it_is():
+    """Pooled data in one process: no update leaves a client, so there is nothing to mask."""
+    algorithm = private_algorithm(centralized(SETTINGS), SECURE)
+    assert algorithm.secure is None and type(algorithm.client).__name__ == "ClientHalf"
 
 
 def test_client_level_dp_and_secure_aggregation_are_refused_together():
@@ -197,3 +202,18 @@ def test_the_surgical_study_refuses_secure_aggregation_in_its_config(tmp_path):
     path.write_text('study = "surgical"\nmethods = ["fedavg"]\n[data.synthetic]\n[privacy.secure_aggregation]\n')
     with pytest.raises(ConfigError, match="surgical study measures each client's update"):
         load_config(path)
+
+
+def test_a_refused_method_stops_the_run_before_any_data_are_read(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedcare.cli import app
+    from fedcare.studies import registry
+
+    config = registry.get("fedhealth2").demo_config()
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(out),
+                                      "--set", "privacy.secure_aggregation.threshold=0.75"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "fedap cannot run under secure aggregation: its setup exchange" in result.output
+    assert "generating synthetic" not in result.output and not out.exists()

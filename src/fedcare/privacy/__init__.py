@@ -41,7 +41,8 @@ def private_algorithm(algorithm: Algorithm, privacy: Privacy | None) -> Algorith
                                f"client-level DP needs clients")
         server = ClientDPServer(server, privacy.client_dp, algorithm.name)
     secure = algorithm.secure
-    if privacy.secure_aggregation is not None and secure is None:
+    # centralized training holds the pooled data in one process: no update leaves a client to hide
+    if privacy.secure_aggregation is not None and secure is None and not algorithm.pooled:
         refuse_secure_aggregation(algorithm, privacy)
         client, secure = SecureAggClient(client), SecureAggregation(privacy.secure_aggregation.threshold)
     return replace(algorithm, client=client, server=server, secure=secure)
@@ -53,9 +54,7 @@ def refuse_secure_aggregation(algorithm: Algorithm, privacy: Privacy) -> None:
     only the average and is accepted."""
     why = None
     inner = algorithm.server.inner if isinstance(algorithm.server, OptimizedServer) else algorithm.server
-    if algorithm.pooled:
-        why = "it has one participant holding all the data: there is nothing to add up"
-    elif privacy.client_dp is not None:
+    if privacy.client_dp is not None:
         why = ("client-level DP (privacy.client_dp) clips each client's update at the server, which secure "
                "aggregation hides; use one or the other")
     elif type(inner).setup is not ServerHalf.setup:

@@ -133,6 +133,18 @@ class Study(ABC):
         """Refuse, before any site is contacted, what cannot run across sites (methods that
         pool data); raise `fedcare.config.ConfigError` naming the experiment `name`."""
 
+    def algorithm_names(self) -> list[str]:
+        """The algorithms the experiment's methods use, by the names `algorithm` takes (the
+        methods themselves by default). Built once before any data are read, so a protection
+        that cannot cover one (`[privacy]`) stops the run up front."""
+        return list(self.config.methods)
+
+    def check_privacy(self) -> None:
+        """Raise `fedcare.privacy.PrivacyError` for an algorithm `[privacy]` cannot cover."""
+        if self.config.privacy is not None:
+            for name in self.algorithm_names():
+                self.algorithm(name)
+
     # -- protocol ----------------------------------------------------------------------
     def protocol(self, runtime: StudyRuntime, write: Records, progress: Progress | None,
                  checkpoint: Checkpoint | None = None) -> StudyProtocol:

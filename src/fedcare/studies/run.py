@@ -95,6 +95,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         records = RecordsWriter(partial / METRICS_FILE, truncate_to=(saved or {}).get("offset", 0) if resumed else None)
         update_run_info(partial, run_dir=run.out.name, study=study.name, title=config.title, config_file=config_file,
                         seeds=config.seeds, methods=config.methods, started=started, status="running")
+        study.check_privacy()
         runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
         if runtime_factory is None:
             checkpoint = Checkpoint(partial, records, saved)

@@ -37,6 +37,9 @@ class PainStudy(Study):
     def algorithm(self, name: str) -> Algorithm:
         return make_algorithm(name, self.config)
 
+    def algorithm_names(self) -> list[str]:
+        return sorted({a for m in self.config.methods if (a := Method.parse(m).algorithm) is not None})
+
     # -- data --------------------------------------------------------------------------
     def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:
         """Read (or, for [data.synthetic], generate into `workdir`) and preprocess the cohort:

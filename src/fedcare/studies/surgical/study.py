@@ -55,6 +55,9 @@ class SurgicalStudy(Study):
     def algorithm(self, name: str) -> Algorithm:
         return make_algorithm(name, self.config, self.global_pos_weight)
 
+    def algorithm_names(self) -> list[str]:
+        return []  # its algorithms need the data's tool counts (pos_weight): each is checked when its method starts
+
     # -- data --------------------------------------------------------------------------
     def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:
         config = self.config
