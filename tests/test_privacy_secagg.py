@@ -217,3 +217,10 @@ def test_a_refused_method_stops_the_run_before_any_data_are_read(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "fedap cannot run under secure aggregation: its setup exchange" in result.output
     assert "generating synthetic" not in result.output and not out.exists()
+
+
+def test_observers_of_each_update_are_refused_under_secure_aggregation():
+    fed = federation(fedavg(SETTINGS), SECURE)
+    fed.observers.append(lambda before, replies, after: None)
+    with pytest.raises(RuntimeError, match="observers need each client's update"):
+        rounds(fed, 1)
