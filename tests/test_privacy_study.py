@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from flwr.serverapp import ServerApp
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import DPSGD, Privacy, load_config, to_toml
+from fedcare.config import DPSGD, Privacy, load_config
 from fedcare.studies.run import run_study
-from flower_inprocess import InProcessBackend, simulation_backend
-from test_study_registry import CLIENTS, records, toy, write_experiment  # noqa: F401 (toy is a fixture)
+from test_study_registry import CLIENTS, records, run_toy_on_flower, toy, write_experiment  # noqa: F401 (toy is a fixture)
 
 PRIVACY = "[privacy.client_dp]\nnoise_multiplier = 0.5\nclipping_norm = 2.0\n"
 
@@ -68,24 +66,12 @@ def test_a_bad_privacy_key_names_it(toy, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_privacy_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path):
-    from flwr.simulation import run_simulation
-
-    from fedcare.deployment.app import client_app, run_experiment
     from fedcare_toy.data import generate
 
     data = generate(tmp_path / "data", CLIENTS, 4, 12)
     config = load_config(private_experiment(tmp_path / "toy.toml", root=data))
     local = run_study(config, tmp_path / "local")
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "toy.toml",
-                              "out": str(tmp_path / "flower")})
-
-    InProcessBackend.workers = CLIENTS
-    with simulation_backend() as backend:
-        run_simulation(server, client_app, num_supernodes=CLIENTS, backend_name=backend)
+    run_toy_on_flower(config, tmp_path / "flower")
     got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
     assert any("client_dp_epsilon" in r for r in expected) and got == expected  # noise and epsilon alike, bit for bit
 
@@ -111,9 +97,6 @@ def test_secure_aggregation_on_flowers_simulation_engine_equals_the_simulator(to
     """The four exchanges of a SecAgg+ round travel as fedcare operations through Flower; the
     masks cancel exactly, so the sites' random keys leave the records equal, bit for bit. The
     report says what the server saw."""
-    from flwr.simulation import run_simulation
-
-    from fedcare.deployment.app import client_app, run_experiment
     from fedcare_toy.data import generate
 
     data = generate(tmp_path / "data", CLIENTS, 4, 12)
@@ -121,16 +104,7 @@ def test_secure_aggregation_on_flowers_simulation_engine_equals_the_simulator(to
     path.write_text(path.read_text() + "[privacy.secure_aggregation]\n")
     config = load_config(path)
     local = run_study(config, tmp_path / "local")
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "toy.toml",
-                              "out": str(tmp_path / "flower")})
-
-    InProcessBackend.workers = CLIENTS
-    with simulation_backend() as backend:
-        run_simulation(server, client_app, num_supernodes=CLIENTS, backend_name=backend)
+    run_toy_on_flower(config, tmp_path / "flower")
     got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
     assert got == expected and len([r for r in expected if r["type"] == "round"]) == 6
     plain = run_study(load_config(write_experiment(tmp_path / "plain.toml", root=data)), tmp_path / "plain")

@@ -42,6 +42,23 @@ def write_experiment(path: Path, **data) -> Path:
     return path
 
 
+def run_toy_on_flower(config, out: Path) -> None:
+    """The toy experiment on Flower's Simulation Engine, one SuperNode per client, into `out`."""
+    from flwr.simulation import run_simulation
+
+    from fedcare.deployment.app import client_app, run_experiment
+
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "toy.toml", "out": str(out)})
+
+    InProcessBackend.workers = CLIENTS
+    with simulation_backend() as backend:
+        run_simulation(server, client_app, num_supernodes=CLIENTS, backend_name=backend)
+
+
 def records(run_dir: Path, *types: str) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["type"] in types]
@@ -70,24 +87,12 @@ def test_a_registered_study_runs_through_fedcare_run(toy, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_registered_study_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path):
-    from flwr.simulation import run_simulation
-
-    from fedcare.deployment.app import client_app, run_experiment
     from fedcare_toy.data import generate
 
     data = generate(tmp_path / "data", CLIENTS, 4, 12)
     config = load_config(write_experiment(tmp_path / "toy.toml", root=data))
     local = run_study(config, tmp_path / "local")
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "toy.toml",
-                              "out": str(tmp_path / "flower")})
-
-    InProcessBackend.workers = CLIENTS
-    with simulation_backend() as backend:
-        run_simulation(server, client_app, num_supernodes=CLIENTS, backend_name=backend)
+    run_toy_on_flower(config, tmp_path / "flower")
     got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
     assert len(expected) == 2 * 3 * (CLIENTS + 1) and got == expected  # every loss and TAR, bit for bit
     assert json.loads((tmp_path / "flower" / "run.json").read_text())["sites"] == {"0": 0, "1": 1, "2": 2}
