@@ -71,3 +71,23 @@ def simulation_backend() -> Iterator[str]:
             sys.modules.pop(name, None)
         else:
             sys.modules[name] = saved
+
+
+def run_experiment_on_flower(config, out, sites: int, name: str = "experiment.toml") -> None:
+    """`config` on Flower's Simulation Engine (in process), `sites` SuperNodes, into `out`: the
+    same ServerApp and ClientApp `fedcare flower` deploys."""
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    from fedcare.config import to_toml
+    from fedcare.deployment.app import client_app, run_experiment
+
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": name, "out": str(out)})
+
+    InProcessBackend.workers = sites
+    with simulation_backend() as backend:
+        run_simulation(server, client_app, num_supernodes=sites, backend_name=backend)

@@ -4,31 +4,13 @@ local ArcFace heads of a different size at every site (each site partitions its 
 and keeps its own client's faces), with either impostor pool."""
 
 import json
-from pathlib import Path
 
 import pytest
-from flower_inprocess import InProcessBackend, simulation_backend
-from flwr.serverapp import ServerApp
+from flower_inprocess import run_experiment_on_flower
 from test_facerec import records, small_config
 
-from fedcare.config import to_toml
 from fedcare.data.synthetic.celeba import generate_celeba
-from fedcare.deployment.app import client_app, run_experiment
 from fedcare.studies.run import run_study
-
-
-def _run_on_flower(config, out: Path, sites: int) -> None:
-    from flwr.simulation import run_simulation
-
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "facerec.toml", "out": str(out)})
-
-    InProcessBackend.workers = sites
-    with simulation_backend() as backend:
-        run_simulation(server, client_app, num_supernodes=sites, backend_name=backend)
 
 
 @pytest.mark.timeout(300)
@@ -40,7 +22,7 @@ def test_facerec_on_flower_equals_the_simulator(tmp_path, impostors):
     config = config.model_copy(update={"data": config.data.model_copy(update={"identities": 10}),  # sizes 3,3,2,2
                                        "protocol": config.protocol.model_copy(update={"impostors": impostors})})
     local = run_study(config, tmp_path / "local")
-    _run_on_flower(config, tmp_path / "flower", 4)
+    run_experiment_on_flower(config, tmp_path / "flower", 4, "facerec.toml")
     expected = records(local, "client_eval") + records(local, "round")
     assert {r["client"] for r in expected if r["type"] == "client_eval"} == {1, 2, 3, 4}
     assert [r["clients"] for r in expected if r["type"] == "round"] == [3, 3]  # client 4 never trains

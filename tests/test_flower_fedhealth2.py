@@ -8,13 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from flower_inprocess import InProcessBackend, simulation_backend
-from flwr.serverapp import ServerApp
+from flower_inprocess import run_experiment_on_flower
 
-from fedcare.config import ConfigError, to_toml
+from fedcare.config import ConfigError
 from fedcare.data.synthetic.pamap2 import generate_pamap2
 from fedcare.data.synthetic.xray import generate_xray
-from fedcare.deployment.app import check_experiment, client_app, run_experiment
+from fedcare.deployment.app import check_experiment
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.run import run_study
 
@@ -42,25 +41,11 @@ def pamap2(tmp_path_factory) -> Path:
     return root
 
 
-def _run_on_flower(config: FedHealth2Experiment, out: Path, sites: int) -> None:
-    from flwr.simulation import run_simulation
-
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "fh2.toml", "out": str(out)})
-
-    InProcessBackend.workers = sites
-    with simulation_backend() as backend:
-        run_simulation(server, client_app, num_supernodes=sites, backend_name=backend)
-
-
 @pytest.mark.timeout(300)
 def test_fedhealth2_natural_split_on_flower_equals_the_simulator(pamap2, tmp_path):
     config = natural_config(pamap2, subjects=SUBJECTS)
     local = run_study(config, tmp_path / "local")
-    _run_on_flower(config, tmp_path / "flower", len(SUBJECTS))
+    run_experiment_on_flower(config, tmp_path / "flower", len(SUBJECTS), "fh2.toml")
     expected = records(local, "client_eval", "round")
     assert {r["method"] for r in expected} == {"fedavg", "fedbn", "fedap", "f-fedap", "pretrain (federated)"}
     assert {r["client"] for r in expected if r["type"] == "client_eval"} == set(SUBJECTS)

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from flower_inprocess import InProcessBackend, simulation_backend
-from flwr.serverapp import ServerApp
+from flower_inprocess import run_experiment_on_flower
 
 from fedcare.config import ConfigError, to_toml
-from fedcare.deployment.app import client_app, open_site, run_experiment
+from fedcare.deployment.app import open_site
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.pain.config import PainExperiment
 from fedcare.studies.run import run_study
@@ -39,17 +38,7 @@ def cohort(pain_cohort) -> Path:
 
 
 def _run_on_flower(config: PainExperiment, out: Path) -> None:
-    from flwr.simulation import run_simulation
-
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "flower.toml", "out": str(out)})
-
-    InProcessBackend.workers = len(SUBJECTS)
-    with simulation_backend() as backend:
-        run_simulation(server, client_app, num_supernodes=len(SUBJECTS), backend_name=backend)
+    run_experiment_on_flower(config, out, len(SUBJECTS), "flower.toml")
 
 
 @pytest.mark.timeout(300)

@@ -6,8 +6,6 @@ layer call, so Opacus has no per-example gradient for it: DP-SGD refuses it by n
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from typer.testing import CliRunner
 

@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from flower_inprocess import InProcessBackend, simulation_backend
-from flwr.serverapp import ServerApp
+from flower_inprocess import run_experiment_on_flower
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import ConfigError, load_config, to_toml
+from fedcare.config import ConfigError, load_config
 from fedcare.studies import registry
 from fedcare.studies.run import run_study
 
@@ -43,20 +42,7 @@ def write_experiment(path: Path, **data) -> Path:
 
 
 def run_toy_on_flower(config, out: Path) -> None:
-    """The toy experiment on Flower's Simulation Engine, one SuperNode per client, into `out`."""
-    from flwr.simulation import run_simulation
-
-    from fedcare.deployment.app import client_app, run_experiment
-
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "toy.toml", "out": str(out)})
-
-    InProcessBackend.workers = CLIENTS
-    with simulation_backend() as backend:
-        run_simulation(server, client_app, num_supernodes=CLIENTS, backend_name=backend)
+    run_experiment_on_flower(config, out, CLIENTS, "toy.toml")
 
 
 def records(run_dir: Path, *types: str) -> list[dict]:
