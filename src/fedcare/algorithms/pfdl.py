@@ -10,6 +10,9 @@ frozen anything; we freeze truly, as the thesis describes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from torch import nn
 
 from fedcare.algorithms.base import Algorithm, ClientHalf, ServerHalf
@@ -28,23 +31,34 @@ class PFDLClient(ClientHalf):
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
     ) -> ClientState:
         self.load(model, message, state).train()
+        with self.frozen_shared(model) as private:
+            train_epochs(
+                model, [p for name, p in model.named_parameters() if name in private], data, self.settings,
+                epochs=self.finetune_epochs, lr=self.finetune_lr, generator=rng.torch("finetune-order"),
+                round=rng.round,
+            )
+        return self.split.private_tensors(model)
+
+    @property
+    def finetune_lr(self) -> float:
+        return self.settings.lr / self.lr_factor
+
+    @contextmanager
+    def frozen_shared(self, model: nn.Module) -> Iterator[set[str]]:
+        """The shared blocks frozen while the private part fine-tunes (yields the private
+        parameters' names); afterwards every parameter trains again and the model is in train mode."""
         shared = set(self.split.shared_keys(model))
         for _, module in self.split.shared_modules(model):
             module.training = False  # a frozen block's BatchNorm uses, and keeps, its running statistics
-        private_params = [p for name, p in model.named_parameters() if name not in shared]
         frozen_params = [p for name, p in model.named_parameters() if name in shared]
         for p in frozen_params:
             p.requires_grad_(False)
         try:
-            train_epochs(
-                model, private_params, data, self.settings, epochs=self.finetune_epochs,
-                lr=self.settings.lr / self.lr_factor, generator=rng.torch("finetune-order"), round=rng.round,
-            )
+            yield {name for name, _ in model.named_parameters() if name not in shared}
         finally:
             for p in frozen_params:
                 p.requires_grad_(True)
             model.train()
-        return self.split.private_tensors(model)
 
 
 def pfdl(
