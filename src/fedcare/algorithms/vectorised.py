@@ -52,12 +52,15 @@ def _batches(n: int, batch_size: int, epochs: int, generator: torch.Generator) -
 
 def train_stacked(model: nn.Module, states: Sequence[dict[str, torch.Tensor]], data: Sequence[ClientData],
                   settings: TrainSettings, generators: Sequence[torch.Generator], *, epochs: int | None = None,
-                  lr: float | None = None, trainable: set[str] | None = None) -> tuple[list[dict], list[float]]:
+                  lr: float | None = None, trainable: set[str] | None = None,
+                  common: set[str] = frozenset()) -> tuple[list[dict], list[float]]:
     """Train one copy of `model` per client: client k starts from `states[k]` (a full state
     dict), trains on `data[k]` shuffled by `generators[k]`; the parameters in `trainable`
     (default all) move, the others stay. `model`'s modules keep their train/eval modes (PFDL's
-    frozen blocks are in eval mode). Returns each client's state dict after training and the
-    mean task loss of its last epoch, as `train_epochs` would."""
+    frozen blocks are in eval mode). `common`: tensors that are the same for every client and
+    do not change (PFDL's frozen shared blocks): kept once, not per client, so a frozen block
+    runs as one large batch. Returns each client's state dict after training and the mean task
+    loss of its last epoch, as `train_epochs` would."""
     why = vectorisable(settings, model)
     if why:
         raise ValueError(f"vectorised training does not cover {why}")
@@ -65,14 +68,22 @@ def train_stacked(model: nn.Module, states: Sequence[dict[str, torch.Tensor]], d
     lr = settings.lr if lr is None else lr
     names = [n for n, _ in model.named_parameters()]
     trainable = set(names) if trainable is None else set(trainable)
-    stacked = {k: torch.stack([s[k] for s in states]) for k in states[0]}  # [K, ...] per tensor
+    if common & trainable:
+        raise ValueError(f"tensors both trained and common to every client: {sorted(common & trainable)[:3]}")
+    once = {k: states[0][k] for k in common}
+    stacked = {k: torch.stack([s[k] for s in states]) for k in states[0] if k not in common}  # [K, ...] per tensor
     plan = [_batches(len(d), settings.batch_size, epochs, g) for d, g in zip(data, generators)]
-    last_epoch = [batches_per_epoch(len(d), settings.batch_size) for d in data]
-    loss_sum, count = [0.0] * len(states), [0] * len(states)
-    task = settings.task
+    last_epoch = torch.tensor([len(p) - batches_per_epoch(len(d), settings.batch_size) for p, d in zip(plan, data)])
+    k_all, task = len(states), settings.task
+    # every client's examples in one padded tensor: a step gathers its batches in one indexing
+    x_all = torch.zeros((k_all, max(len(d) for d in data), *data[0].x.shape[1:]), dtype=data[0].x.dtype)
+    y_all = torch.zeros((k_all, x_all.shape[1], *data[0].y.shape[1:]), dtype=data[0].y.dtype)
+    for k, d in enumerate(data):
+        x_all[k, :len(d)], y_all[k, :len(d)] = d.x, d.y
+    loss_sum, count = torch.zeros(k_all, dtype=torch.float64), torch.zeros(k_all, dtype=torch.float64)
 
     def loss_of(moving, fixed, x, y):
-        return task.loss(functional_call(model, {**moving, **fixed}, (x,)), y)
+        return task.loss(functional_call(model, {**moving, **fixed, **once}, (x,)), y)
 
     step = vmap(grad_and_value(loss_of))
     for s in range(max(map(len, plan), default=0)):
@@ -80,22 +91,29 @@ def train_stacked(model: nn.Module, states: Sequence[dict[str, torch.Tensor]], d
         for k, batches in enumerate(plan):
             if s < len(batches):
                 groups.setdefault(len(batches[s]), []).append(k)
-        for clients in groups.values():
+        for size, clients in groups.items():
             at = torch.tensor(clients)
-            moving = {k: stacked[k][at] for k in trainable}
-            fixed = {k: v[at] for k, v in stacked.items() if k not in trainable}  # BatchNorm updates these in place
-            x = torch.stack([as_float(data[k].x[plan[k][s]]) for k in clients])
-            y = torch.stack([data[k].y[plan[k][s]] for k in clients])
+            everyone = len(clients) == k_all  # the common case: no gathering of the stacked tensors
+            moving = {k: stacked[k] if everyone else stacked[k][at] for k in trainable}
+            # BatchNorm updates these in place (when everyone, in `stacked` itself)
+            fixed = {k: v if everyone else v[at] for k, v in stacked.items() if k not in trainable}
+            idx = torch.stack([plan[k][s] for k in clients])
+            x, y = as_float(x_all[at[:, None], idx]), y_all[at[:, None], idx]
             grads, losses = step(moving, fixed, x, y)
             for k in trainable:
-                stacked[k][at] = moving[k] - lr * grads[k]
-            for k, v in fixed.items():
-                if k not in names:  # buffers (running statistics); frozen parameters did not move
-                    stacked[k][at] = v
-            for i, k in enumerate(clients):
-                if s >= len(plan[k]) - last_epoch[k]:  # the last epoch's batches give the reported loss
-                    loss_sum[k] += float(losses[i]) * len(plan[k][s])
-                    count[k] += len(plan[k][s])
-    trained = [{k: v[i].clone() for k, v in stacked.items()} for i in range(len(states))]
+                if everyone:
+                    stacked[k] = moving[k] - lr * grads[k]
+                else:
+                    stacked[k][at] = moving[k] - lr * grads[k]
+            if not everyone:
+                for k, v in fixed.items():
+                    if k not in names:  # buffers (running statistics); frozen parameters did not move
+                        stacked[k][at] = v
+            last = (s >= last_epoch[at]).double()  # the last epoch's batches give the reported loss
+            loss_sum.index_add_(0, at, losses.double() * size * last)
+            count.index_add_(0, at, size * last)
+    trained = [{**{k: v[i].clone() for k, v in stacked.items()}, **{k: v.clone() for k, v in once.items()}}
+               for i in range(len(states))]
     # as train_epochs: the last epoch's mean loss (0 when it had no batch), NaN without epochs
-    return trained, [loss_sum[k] / max(count[k], 1) if epochs > 0 else float("nan") for k in range(len(states))]
+    means = (loss_sum / count.clamp(min=1)).tolist()
+    return trained, means if epochs > 0 else [float("nan")] * k_all

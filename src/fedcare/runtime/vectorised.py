@@ -65,9 +65,10 @@ class VectorisedClients(LocalClients):
                 starts.append({k: v.clone() for k, v in self.model.state_dict().items()})
             data = [self.data(c, d) for c, _, d in chunk]
             generators = [Randomness(self.seed, phase, c, rnd).torch("finetune-order") for c, _, _ in chunk]
-            with half.frozen_shared(self.model) as private:
+            with half.frozen_shared(self.model) as private:  # the shared blocks: the global message's, alike for all
                 trained, _ = train_stacked(self.model, starts, data, half.settings, generators,
-                                           epochs=half.finetune_epochs, lr=half.finetune_lr, trainable=private)
+                                           epochs=half.finetune_epochs, lr=half.finetune_lr, trainable=private,
+                                           common=set(half.split.shared_keys(self.model)))
             for (c, _, _), state in zip(chunk, trained):
                 load_tensors(self.model, state)
                 self.runner(c).state = half.split.private_tensors(self.model)
