@@ -14,7 +14,6 @@ from fedcare.privacy import inversion as inv
 from fedcare.seeding import torch_generator
 
 
-
 @pytest.fixture(autouse=True)
 def _one_thread():
     # after conftest's two threads: these small double-backward loops run fastest on one
