@@ -135,8 +135,9 @@ def demo(
                                               "(default pain).")] = "pain",
     out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/demo-<study>-<time>).")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override a key of the demo config (repeatable).")] = [],
-    privacy: Annotated[bool, typer.Option("--privacy", help="Instead of a study: DP-SGD's epsilon and a membership "
-                                                            "attack on FedAvg, PFDL, FedBN and local (minutes).")] = False,
+    privacy: Annotated[bool, typer.Option("--privacy", help="Instead of a study: DP-SGD's epsilon, a membership "
+                                                            "attack on FedAvg, PFDL, FedBN and local, and gradient "
+                                                            "inversion of one update of the pain CNN (minutes).")] = False,
 ) -> None:
     """A complete study on built-in synthetic data in minutes (pain by default)."""
     if privacy:
@@ -159,10 +160,12 @@ def _privacy_demo(out: Optional[Path]) -> None:
     out = out or Path("runs") / f"demo-privacy-{datetime.now():%Y%m%d-%H%M%S}"
     if out.exists():
         _fail(f"{out}: already exists; choose another --out")
-    console.print("[bold]fedcare demo --privacy[/]: DP-SGD and a membership attack on synthetic data.")
-    table = run_privacy_demo(out, progress=lambda what, done, total: console.print(escape(f"[{done}/{total}] {what}")))
-    console.print(table.markdown())
-    console.print(f"written to {out}/privacy_audit.csv, .md and .json; docs/privacy.md explains each number")
+    console.print("[bold]fedcare demo --privacy[/]: DP-SGD, a membership attack and gradient inversion on synthetic data.")
+    tables = run_privacy_demo(out, progress=lambda what, done, total: console.print(escape(f"[{done}/{total}] {what}")))
+    for table in tables:
+        console.print(table.markdown())
+    console.print(f"written to {out}/privacy_audit.csv, .md, .json and privacy_inversion.csv, .md, .json; "
+                  f"the reconstructions: {out / 'inversion.png'}; docs/privacy.md explains each number")
 
 
 @app.command()
