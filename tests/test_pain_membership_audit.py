@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import ConfigError, MembershipAudit, Privacy, load_config
+from fedcare.config import ConfigError, MembershipAudit, Privacy, Runtime, load_config
 from fedcare.seeding import numpy_rng
 from fedcare.studies.pain.audit import membership_items
 from fedcare.studies.pain.cohort import PainSite, balance_items, items_data, read_cohort
@@ -27,7 +27,8 @@ SEED, UPTO = 5, 1  # small_config: seed 5, last_session 3, so the last training 
 
 
 def audit_config(**audit):
-    return small_config().model_copy(update={"methods": METHODS, "privacy": Privacy(audit=MembershipAudit(**audit))})
+    return small_config().model_copy(update={"methods": METHODS, "privacy": Privacy(audit=MembershipAudit(**audit)),
+                                             "runtime": Runtime(threads=1)})  # one thread: fastest on shared cores
 
 
 @pytest.fixture(scope="module")
