@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+from test_pain_study import small_config
 from typer.testing import CliRunner
 
 from fedcare.cli import app
@@ -16,10 +16,8 @@ from fedcare.config import ConfigError, MembershipAudit, Privacy, Runtime, load_
 from fedcare.seeding import numpy_rng
 from fedcare.studies.pain.audit import membership_items
 from fedcare.studies.pain.cohort import PainSite, balance_items, items_data, read_cohort
-from fedcare.studies.pain.study import PainStudy
-from fedcare.studies.rundir import SYNTHETIC_DIR
 from fedcare.studies.run import run_study
-from test_pain_study import small_config
+from fedcare.studies.rundir import SYNTHETIC_DIR
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 METHODS = ["F(N)", "FP(N)", "FL(N)", "FBN(N)"]
@@ -94,10 +92,14 @@ def test_members_and_non_members_are_the_documented_frames(audit_run):
                 is not None for s, f, _ in d}
         assert not {(s, f) for s, f, _ in non_members} & ever  # no variant of a non-member frame was trained on
         assert set(non_members[:, 0]) <= set(trained[:, 0])  # same sessions as the training set
-        strata = lambda rows: sorted((s, int(site.sessions[s].labels[f])) for s, f, _ in rows)  # noqa: E731
-        assert strata(members) == strata(non_members)  # as many per (session, label)
+        assert strata(site, members) == strata(site, non_members)  # as many per (session, label)
         capped_m, capped_n = membership_items(site, SEED, UPTO, max_per_set=10)
-        assert len(capped_m) == len(capped_n) == min(10, count) and strata(capped_m) == strata(capped_n)
+        assert len(capped_m) == len(capped_n) == min(10, count) and strata(site, capped_m) == strata(site, capped_n)
+
+
+def strata(site: PainSite, rows) -> list[tuple[int, int]]:
+    """The (session, label) of each item, sorted."""
+    return sorted((s, int(site.sessions[s].labels[f])) for s, f, _ in rows)
 
 
 def test_the_report_has_the_membership_table_and_plot(audit_run):
@@ -111,5 +113,10 @@ def test_the_report_has_the_membership_table_and_plot(audit_run):
 
 
 def test_the_audit_is_refused_on_flower():
-    with pytest.raises(ConfigError, match="privacy.audit runs in this process only"):
-        PainStudy(audit_config()).check_deployable("exp.toml")
+    from fedcare.deployment.app import (
+        check_experiment,  # what the ServerApp checks before contacting a site
+    )
+
+    with pytest.raises(ConfigError, match="exp.toml: privacy.audit runs in this process only"):
+        check_experiment(audit_config(), "exp.toml")
+    check_experiment(audit_config().model_copy(update={"privacy": None}), "exp.toml")  # without it: deployable

@@ -44,7 +44,13 @@ from fedcare.config import ConfigError, MembershipAudit
 from fedcare.privacy.audit import attack_scores, per_example_losses
 from fedcare.runtime.federation import Federation
 from fedcare.seeding import numpy_rng, torch_generator
-from fedcare.studies.pain.cohort import PainSite, balance_items, items_data, pretraining_sets, session_items
+from fedcare.studies.pain.cohort import (
+    PainSite,
+    balance_items,
+    items_data,
+    pretraining_sets,
+    session_items,
+)
 from fedcare.tasks import BINARY
 
 VIEWS = ("own", "peer", "server")
@@ -112,11 +118,12 @@ class PainMembershipAudit:
         for i, k in enumerate(subjects):
             members, non_members = (items_data(self.sites[k].sessions, rows) for rows in sets[k])
             peer = subjects[(i + 1) % len(subjects)]
-            views = {"own": lambda: federation.personal_model(k), "server": lambda: server}
-            if peer != k:
-                views["peer"] = lambda: federation.personal_model(peer)
             for view in VIEWS:
-                if view not in views or (model := views[view]()) is None:
+                if view == "server":
+                    model = server
+                else:  # personal_model loads into the federation's working model: scored before the next load
+                    model = federation.personal_model(k if view == "own" else peer)
+                if model is None or (view == "peer" and peer == k):
                     continue
                 result = attack_scores(per_example_losses(model, members, BINARY),
                                        per_example_losses(model, non_members, BINARY))
