@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -97,12 +97,25 @@ class SecureAggregation(Strict):
     threshold: float = Field(2 / 3, gt=0.5, le=1)
 
 
+class MembershipAudit(Strict):
+    """`[privacy.audit]`: after each federation's training, the loss attack of membership
+    inference (`fedcare.privacy.audit`) on every client's training frames against frames of the
+    same sessions it never trained on, from three views (its own model, a peer's, the server's).
+    It runs while the run still holds the models (runs do not keep them), in this process only.
+    Studies that offer it say so (`Experiment.offers_membership_audit`); docs/privacy.md."""
+
+    max_per_set: int = Field(200, ge=10)  # members (and as many non-members) per client, at most
+    server_epochs: int = Field(3, ge=1)  # epochs the server fits a split model's private part on its own data
+
+
 class Privacy(Strict):
-    """`[privacy]`: the protections a run applies, each off unless its table is given."""
+    """`[privacy]`: the protections a run applies, each off unless its table is given, and the
+    membership audit (`[privacy.audit]`)."""
 
     dp_sgd: DPSGD | None = None
     client_dp: ClientDP | None = None
     secure_aggregation: SecureAggregation | None = None
+    audit: MembershipAudit | None = None
 
 
 class Experiment(Strict):
@@ -116,6 +129,14 @@ class Experiment(Strict):
     runtime: Runtime = Runtime()
     deployment: Deployment = Deployment()
     privacy: Privacy | None = None  # no [privacy] table: no protection beyond keeping data at the clients
+    # a study whose protocol runs [privacy.audit] sets this (the pain study); others refuse the table
+    offers_membership_audit: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _audit_offered(self) -> "Experiment":
+        if self.privacy is not None and self.privacy.audit is not None and not self.offers_membership_audit:
+            raise ValueError(f"privacy.audit: the {self.study} study has no membership audit (the pain study has)")
+        return self
 
     def relative_to(self, folder: Path) -> "Experiment":
         """The config with a relative `data.root` resolved against `folder` (the config

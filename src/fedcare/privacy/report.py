@@ -1,16 +1,22 @@
 """What a run's report says about its privacy: the epsilon each method spent, from the
 `round` records of metrics.jsonl (`dp_epsilon`: DP-SGD, the largest over the clients;
 `client_dp_epsilon`: client-level DP) and the deltas in config.toml, and whether secure
-aggregation hid the individual updates. Shared by every study's
-report as notes at the top of the page."""
+aggregation hid the individual updates, shared by every study's report as notes at the top of
+the page; and the membership audit's table and plot from the `membership` records
+([privacy.audit]).
+"""
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 
+import numpy as np
+
 from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy.client_dp import CLIENT_DP_EPSILON
+from fedcare.report.tables import Table
 from fedcare.studies.rundir import read_run_records
 
 KINDS = {DP_EPSILON: ("DP-SGD (sample-level)", "dp_sgd"), CLIENT_DP_EPSILON: ("client-level DP", "client_dp")}
@@ -43,3 +49,109 @@ def privacy_notes(run_dir: Path) -> list[str]:
                      f"round's updates, never one client's; a round finishes while at least {threshold:.0%} of its "
                      f"clients are left. Evaluation metrics still leave each client in clear (docs/privacy.md).")
     return notes
+
+
+# -- the membership audit ([privacy.audit]): "membership" records --------------------------
+MEMBERSHIP_VIEWS = ("own", "peer", "server")
+VIEW_LABELS = {"own": "own (device breach)", "peer": "peer client", "server": "server (shared tensors)"}
+
+
+def membership_rows(records: list[dict]) -> list[dict]:
+    """Per (method, view), in the order methods first appear: the mean attack AUC over the
+    audited (subject, seed) records with its standard error across them, the mean Hanley-McNeil
+    SE of one subject's AUC, the mean TPR at FPR 1%, members and non-members per subject, and
+    the largest DP-SGD epsilon the method spent (None without DP-SGD)."""
+    audited = [r for r in records if r.get("type") == "membership"]
+    methods = list(dict.fromkeys(r["method"] for r in audited))
+    eps: dict[str, float] = {}
+    for r in records:
+        if r.get("type") == "round" and r.get(DP_EPSILON) is not None:
+            eps[r["method"]] = max(eps.get(r["method"], 0.0), float(r[DP_EPSILON]))
+    rows = []
+    for method in methods:
+        for view in MEMBERSHIP_VIEWS:
+            rs = [r for r in audited if r["method"] == method and r["view"] == view]
+            if not rs:
+                rows.append({"method": method, "view": view, "n": 0, "epsilon": eps.get(method)})
+                continue
+            auc = np.array([r["auc"] for r in rs], dtype=float)
+            rows.append({
+                "method": method, "view": view, "n": len(rs), "epsilon": eps.get(method),
+                "auc": float(auc.mean()), "auc_sem": float(auc.std(ddof=1) / np.sqrt(len(auc))) if len(auc) > 1 else math.nan,
+                "auc_se": float(np.mean([r["auc_se"] for r in rs])),
+                "tpr_at_1pct_fpr": float(np.mean([r["tpr_at_1pct_fpr"] for r in rs])),
+                "members": float(np.mean([r["members"] for r in rs])),
+                "non_members": float(np.mean([r["non_members"] for r in rs])),
+            })
+    return rows
+
+
+MEMBERSHIP_CAPTION = (
+    "The loss attack (Yeom et al. 2018; fedcare.privacy.audit) calls a frame a member when the model's loss on it "
+    "is low: a lower bound on what an attacker can learn (a likelihood-ratio attack with shadow models, LiRA, is "
+    "stronger and not implemented), never a proof of privacy. AUC 0.5 = the attacker guesses. Per subject: "
+    "members = distinct items of its last balanced training set; non-members = items of the same sessions whose "
+    "frame it never trained on, as many as members per (session, label). AUC: mean over subjects and seeds ± its "
+    "standard error across them; 'SE per subject': the mean Hanley-McNeil SE of one subject's AUC. TPR at FPR 1% "
+    "is the TPR at no false positive when a subject has under 100 non-members. Views: own = the subject's "
+    "personal model; peer = the next subject's model; server = the shared tensors, a split model's private part "
+    "fitted by the server on the pretraining subjects' frames; n/a = the server receives nothing (local "
+    "training) or holds no frames to fit a head on. epsilon: the largest DP-SGD epsilon spent (inf: no DP-SGD). "
+    "The data are synthetic; see docs/privacy.md."
+)
+
+
+def membership_table(records: list[dict]) -> Table | None:
+    """The audit's table (None when the run has no membership record)."""
+    rows = membership_rows(records)
+    if not rows:
+        return None
+    columns = ["Method", "view", "epsilon (DP-SGD)", "subjects x seeds", "AUC", "SE per subject", "TPR at FPR 1%",
+               "members", "non-members"]
+    display, csv_rows = [], []
+    for r in rows:
+        eps = "inf" if r["epsilon"] is None else f"{r['epsilon']:.1f}"
+        if not r["n"]:
+            display.append([r["method"], VIEW_LABELS[r["view"]], eps, "0", "n/a", "", "", "", ""])
+        else:
+            sem = "" if math.isnan(r["auc_sem"]) else f" ± {r['auc_sem']:.3f}"
+            display.append([r["method"], VIEW_LABELS[r["view"]], eps, str(r["n"]), f"{r['auc']:.3f}{sem}",
+                            f"{r['auc_se']:.3f}", f"{r['tpr_at_1pct_fpr']:.3f}", f"{r['members']:.0f}",
+                            f"{r['non_members']:.0f}"])
+        csv_rows.append([r["method"], r["view"], r["epsilon"], r["n"], r.get("auc"), r.get("auc_sem"),
+                         r.get("auc_se"), r.get("tpr_at_1pct_fpr"), r.get("members"), r.get("non_members")])
+    return Table("membership", "Membership inference (loss attack) per method and view", MEMBERSHIP_CAPTION,
+                 columns, display,
+                 ["method", "view", "dp_epsilon", "records", "auc", "auc_sem", "auc_se_per_subject",
+                  "tpr_at_1pct_fpr", "members", "non_members"], csv_rows)
+
+
+def membership_plot(records: list[dict]) -> bytes | None:
+    """Attack AUC per method (groups) and view (bars) with the standard error across subjects
+    and seeds; the dashed line is a coin's 0.5."""
+    from matplotlib.figure import Figure
+
+    from fedcare.report.plots import WIDE, figure_png, legend_right
+
+    rows = membership_rows(records)
+    if not rows:
+        return None
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig = Figure(figsize=WIDE, layout="constrained")
+    ax = fig.add_subplot()
+    width = 0.8 / len(MEMBERSHIP_VIEWS)
+    for i, view in enumerate(MEMBERSHIP_VIEWS):
+        got = {r["method"]: r for r in rows if r["view"] == view and r["n"]}
+        xs = [j - 0.4 + width * (i + 0.5) for j, m in enumerate(methods) if m in got]
+        ys = [got[m]["auc"] for m in methods if m in got]
+        err = [0.0 if math.isnan(got[m]["auc_sem"]) else got[m]["auc_sem"] for m in methods if m in got]
+        ax.bar(xs, ys, width, yerr=err, capsize=3, label=VIEW_LABELS[view])
+    ax.axhline(0.5, color="0.3", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(methods)), methods)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("attack AUC")
+    ax.set_title("Membership inference (loss attack): AUC per method and view, mean ± SE over subjects and seeds",
+                 fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    legend_right(ax, len(MEMBERSHIP_VIEWS))
+    return figure_png(fig)

@@ -94,23 +94,24 @@ def build_cohort(
     return PainCohort(sessions, image_size, ds.synthetic)
 
 
-def balance(sessions: list[Session], upto: int, per_class: int, rng: np.random.Generator) -> ClientData | None:
+def balance_items(sessions: list[Session], upto: int, per_class: int, rng: np.random.Generator) -> np.ndarray | None:
     """SessionBalancing as the thesis code's `balance_data` does it: walk back from session
     `upto` until more than `per_class` examples of each class are gathered (or the sessions run
     out), then draw `per_class` of each (frame, variant) item: without replacement when enough
-    exist, else all of them topped up with replacement. None when a class is missing."""
-    chosen: list[Session] = []
+    exist, else all of them topped up with replacement. Returns the drawn items as rows
+    (session, frame, variant), a row repeated when topped up; None when a class is missing."""
+    chosen: list[int] = []
     pos = neg = 0
     for s in range(upto, -1, -1):
-        chosen.append(sessions[s])
+        chosen.append(s)
         pos += 4 * sessions[s].positives
         neg += 4 * (len(sessions[s].labels) - sessions[s].positives)
         if pos > per_class and neg > per_class:
             break
     if pos == 0 or neg == 0:
         return None
-    images = np.concatenate([s.images.reshape(-1, *s.images.shape[2:]) for s in chosen])
-    labels = np.concatenate([np.repeat(s.labels, 4) for s in chosen])
+    items = np.concatenate([session_items(s, len(sessions[s].labels)) for s in chosen])
+    labels = np.concatenate([np.repeat(sessions[s].labels, 4) for s in chosen])
     picks = []
     for cls in (1, 0):
         idx = np.flatnonzero(labels == cls)
@@ -118,8 +119,27 @@ def balance(sessions: list[Session], upto: int, per_class: int, rng: np.random.G
             picks.append(rng.choice(idx, size=per_class, replace=False))
         else:
             picks.append(np.concatenate([idx, rng.choice(idx, size=per_class - len(idx), replace=True)]))
-    sel = np.concatenate(picks)
-    return ClientData(torch.from_numpy(images[sel][:, None]), torch.from_numpy(labels[sel].astype(np.float32)))
+    return items[np.concatenate(picks)]
+
+
+def session_items(session: int, frames: int) -> np.ndarray:
+    """Every (session, frame, variant) item of a session, frame by frame."""
+    f, v = np.divmod(np.arange(4 * frames), 4)
+    return np.stack([np.full(4 * frames, session), f, v], axis=1).astype(np.int64)
+
+
+def items_data(sessions: list[Session], items: np.ndarray) -> ClientData:
+    """The images and labels of (session, frame, variant) items, in their order."""
+    size = sessions[0].images.shape[-1]
+    x = np.stack([sessions[s].images[f, v] for s, f, v in items]) if len(items) else np.zeros((0, size, size), np.uint8)
+    y = np.array([sessions[s].labels[f] for s, f, _ in items], dtype=np.float32)
+    return ClientData(torch.from_numpy(x[:, None]), torch.from_numpy(y))
+
+
+def balance(sessions: list[Session], upto: int, per_class: int, rng: np.random.Generator) -> ClientData | None:
+    """The balanced training set of sessions 0..upto (`balance_items`); None when a class is missing."""
+    items = balance_items(sessions, upto, per_class, rng)
+    return None if items is None else items_data(sessions, items)
 
 
 class PainSite:

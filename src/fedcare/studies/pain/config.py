@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fedcare.config import DataSource, Experiment, Strict
 from fedcare.data.common import THESIS_GROUP1, THESIS_GROUP2
 
-METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL)\((N|C|F)\))$")
+METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL|FBN)\((N|C|F)\))$")
 
 
 class SyntheticPainData(Strict):
@@ -79,6 +79,7 @@ class PainExperiment(Experiment):
     protocol: PainProtocol = PainProtocol()
     train: Train = Train()
     pfdl: PFDLOptions = PFDLOptions()
+    offers_membership_audit: ClassVar[bool] = True  # [privacy.audit]: fedcare.studies.pain.audit
 
     @model_validator(mode="after")
     def _pretraining(self) -> "PainExperiment":
@@ -100,7 +101,7 @@ class PainExperiment(Experiment):
         for m in methods:
             if not METHOD_PATTERN.match(m):
                 raise ValueError(
-                    f"unknown method {m!r}: use RANDOM, BC, BF or C/F/FP/FL with an init N, C or F, e.g. 'FP(C)'"
+                    f"unknown method {m!r}: use RANDOM, BC, BF or C/F/FP/FL/FBN with an init N, C or F, e.g. 'FP(C)'"
                 )
         if len(set(methods)) != len(methods):
             raise ValueError("methods are listed twice")

@@ -1,18 +1,19 @@
 """The pain study's methods as the thesis names them: RANDOM, BC, BF and C/F/FP/FL with an
 initialisation N (random), C (centrally pretrained) or F (federatedly pretrained), and the
-algorithms behind them."""
+algorithms behind them. FBN (FedBN: BatchNorm layers stay at each client) is not in the
+thesis; it is here for the membership audit's comparison (issue 12)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedcare.algorithms import Algorithm, centralized, fedavg, local, pfdl
+from fedcare.algorithms import Algorithm, centralized, fedavg, fedbn, local, pfdl
 from fedcare.algorithms.training import TrainSettings
 from fedcare.studies.pain.config import METHOD_PATTERN, PainExperiment
 from fedcare.tasks import BINARY
 
 BASELINE_INIT = {"RANDOM": "N", "BC": "C", "BF": "F"}
-FAMILY_ALGORITHM = {"C": "centralized", "F": "fedavg", "FP": "pfdl", "FL": "local"}
+FAMILY_ALGORITHM = {"C": "centralized", "F": "fedavg", "FP": "pfdl", "FL": "local", "FBN": "fedbn"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ def make_algorithm(name: str, config: PainExperiment) -> Algorithm:
         return fedavg(settings, t.aggregation)
     if name == "local":
         return local(settings)
+    if name == "fedbn":
+        return fedbn(settings, t.aggregation)
     if name == "pfdl":
         p = config.pfdl
         return pfdl(settings, t.aggregation, tuple(p.shared_paths), p.finetune_epochs, p.lr_factor)

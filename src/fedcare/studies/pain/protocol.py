@@ -30,6 +30,12 @@ class PainProtocol(StudyProtocol):
         self.methods = [Method.parse(m) for m in self.config.methods]
         self.inits_needed = sorted({m.init for m in self.methods} - {"N"})
         self.units_total = len(self.config.seeds) * (len(self.inits_needed) + len(self.methods) * len(self.test_sessions))
+        privacy = self.config.privacy
+        self.audit = None
+        if privacy is not None and privacy.audit is not None and self.last_session >= 2:  # else nothing was trained
+            from fedcare.studies.pain.audit import PainMembershipAudit
+
+            self.audit = PainMembershipAudit(self, privacy.audit)
 
     def facts(self) -> dict:
         return {"subjects": self.subjects(), "test_sessions": self.test_sessions}
@@ -128,6 +134,9 @@ class PainProtocol(StudyProtocol):
                     on_round=lambda info: self._round_record(method.label, seed, phase, info),
                 )
                 self._phase_record(method.label, seed, phase, result)
+            if s == self.last_session and self.audit is not None and method.algorithm not in (None, "centralized"):
+                # the final models, before the federation is dropped (runs do not keep models)
+                self.audit.run(federation, method.label, seed, self.last_session - 2, init_state)
             going_on = method.algorithm is not None and s < self.last_session
             self.finish_unit(f"seed {seed}: {method.label} session {s}", seed, method.label, s,
                              federation=federation.state_dict if going_on else None)

@@ -7,7 +7,9 @@
     tables/per_session_{acc,pr_auc,f1}.{csv,md}   Table 7.5
     tables/f1_threshold.{csv,md}                  decisions at threshold 0.5 (why F1 can disagree)
     tables/rank_sums.{csv,md}                     Tables 7.6/7.7
+    tables/membership.{csv,md}                    the membership audit, when [privacy.audit] ran
     plots/per_session_{f1,pr_auc,acc}.png, plots/per_subject_f1.png, plots/val_loss.png
+    plots/membership_auc.png                      the membership audit's AUC per method and view
     report.html
 
 How the numbers are aggregated is documented in :mod:`fedcare.studies.pain.aggregate`.
@@ -22,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedcare.privacy.report import membership_plot, membership_table
 from fedcare.report import write_report
 from fedcare.report.html import render_run_page, table_block
 from fedcare.report.plots import method_bars, method_lines, plot_val_loss
@@ -284,6 +287,8 @@ PLOT_CAPTIONS = {
     "per_session_acc": "ACC per session, one line per method",
     "per_subject_f1": "F1 per test subject",
     "val_loss": "Validation loss per training round (mean over seeds)",
+    "membership_auc": "Membership inference (loss attack, a lower bound): attack AUC per method and view, mean ± SE "
+                      "over subjects and seeds; 0.5 = guessing. Synthetic data.",
 }
 
 
@@ -307,6 +312,11 @@ def render_pain_html(run_info: Mapping[str, Any], agg: RunAggregate, tables: Map
         ("ranks", "Rank sums", "Rank sums (Tables 7.6 and 7.7)",
          table_block(tables["rank_sums"]) if "rank_sums" in tables else ""),
     ]
+    if "membership" in tables:  # [privacy.audit]
+        sections.append(("membership", "Membership inference", "Membership inference audit (loss attack)",
+                         "<p>What an attacker holding each view learns about which frames a subject trained on. "
+                         "The attack is the loss attack, a lower bound on the leakage; the data are synthetic.</p>"
+                         + table_block(tables["membership"])))
     return render_run_page(run_info, run_dir_name=run_dir_name, known_facts=KNOWN_FACTS, extra_facts=extra,
                            notes=notes, sections=sections, plots=plots, captions=PLOT_CAPTIONS)
 
@@ -319,6 +329,10 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any], notes: Sequence[str
     thresholds = threshold_summaries(records)
     tables = build_tables(agg, thresholds)
     plots = build_plots(agg, records)
+    membership = membership_table(records)  # [privacy.audit]
+    if membership is not None:
+        tables["membership"] = membership
+        plots["membership_auc"] = membership_plot(records)
     page = render_pain_html(run_info, agg, tables, plots, run_dir_name=str(run_info.get("run_dir") or run_dir.name),
                             notes=[*notes, *more], findings=threshold_findings(agg, thresholds))
     return write_report(run_dir, tables, plots, page)

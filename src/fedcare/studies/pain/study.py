@@ -78,6 +78,9 @@ class PainStudy(Study):
         return PainSite(subject, cohort.sessions[subject], self.config.protocol.balance_per_class, cohort.synthetic)
 
     def check_deployable(self, name: str) -> None:
+        if self.config.privacy is not None and self.config.privacy.audit is not None:
+            raise ConfigError(f"{name}: privacy.audit runs in this process only (the peer view needs one client's "
+                              f"model and another's frames in one place); remove [privacy.audit] to run on Flower")
         pooled = [m for m in self.config.methods if Method.parse(m).pools_data]
         if pooled:
             raise ConfigError(
