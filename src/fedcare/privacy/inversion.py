@@ -100,9 +100,11 @@ def dp_sgd_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: 
     return grads
 
 
-def shared_parameter_names(model: nn.Module, shared_paths: tuple[str, ...]) -> list[str]:
-    """The parameters PFDL sends (its ParameterSplit over `shared_paths`), in model order."""
-    shared = set(pfdl(TrainSettings(task=BINARY), shared_paths=shared_paths).client.split.shared_keys(model))
+def shared_parameter_names(model: nn.Module, shared_paths: tuple[str, ...] | None = None) -> list[str]:
+    """The parameters PFDL sends (its ParameterSplit over `shared_paths`, default PFDL's own:
+    the pain CNN's conv blocks), in model order."""
+    paths = {} if shared_paths is None else {"shared_paths": shared_paths}
+    shared = set(pfdl(TrainSettings(task=BINARY), **paths).client.split.shared_keys(model))
     return [n for n, _ in model.named_parameters() if n in shared]
 
 
@@ -167,23 +169,25 @@ def flat_baseline(true: torch.Tensor) -> Scores:
 # -- the frames ---------------------------------------------------------------------------
 def synthetic_frames(count: int, image_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`count` synthetic pain frames (B, 1, S, S) in [0, 1] and their labels, drawn from one
-    subject written by fedcare's generator and read back by the pain study's own loader and
-    preprocessing (histogram equalisation, centre crop)."""
+    subject written by fedcare's generator and read back by the UNBC loader with the pain
+    study's preprocessing (histogram equalisation, centre crop: `fedcare.data.transforms`)."""
     from fedcare.data.synthetic.pain import generate_pain_cohort
-    from fedcare.data.unbc import load_unbc
-    from fedcare.studies.pain.cohort import build_cohort
-    from fedcare.studies.pain.config import PainData, PainProtocol
+    from fedcare.data.transforms import centre_crop, preprocess
+    from fedcare.data.unbc import load_unbc, read_grey
 
-    subject = 42
+    subject, pain_from = 42, 1.0  # pain = PSPI >= 1, the pain study's threshold
+    sessions: dict[int, list[tuple[np.ndarray, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="fedcare-inversion-") as tmp:
         root = Path(tmp) / "cohort"
         generate_pain_cohort(root, seed=seed, subjects=[subject], frame_scale=0.01, image_size=2 * image_size,
                              min_frames_per_sequence=2)
-        cohort = build_cohort(load_unbc(root), [subject], image_size=image_size,
-                              crop_ratio=PainProtocol().crop_ratio, pspi_threshold=PainData.model_fields["pspi_threshold"].default,
-                              drop_black_frames=True, augment_seed=seed)
-    images = np.concatenate([s.images[:, 0] for s in cohort.sessions[subject]])  # the unaugmented variant
-    labels = np.concatenate([s.labels for s in cohort.sessions[subject]])
+        for frame in load_unbc(root).frames:  # read and preprocessed as the pain study does (black frames dropped)
+            grey = read_grey(frame.image)
+            if frame.subject == subject and grey.mean() >= 1.0:
+                image = centre_crop(preprocess(grey, image_size), image_size)
+                sessions.setdefault(frame.session, []).append((image, float(frame.pspi >= pain_from)))
+    items = [item for s in sorted(sessions) for item in sessions[s]]
+    images, labels = np.stack([i for i, _ in items]), np.array([y for _, y in items])
     if len(images) < count:
         raise ValueError(f"the synthetic subject has {len(images)} frames, fewer than the batch of {count}")
     pick = np.sort(numpy_rng(seed, "inversion-frames").choice(len(images), count, replace=False))
@@ -227,14 +231,12 @@ def _dp_config(settings: InversionSettings) -> DPSGD:
 def attack_case(case: Case, x: torch.Tensor, y: torch.Tensor, settings: InversionSettings,
                 seed: int) -> tuple[torch.Tensor, Scores, int]:
     """(the reconstructions in the true frames' order, their scores, the tensors observed)."""
-    from fedcare.studies.pain.config import PFDLOptions
-
     model = pain_model(case, settings, seed)
     if case.observed == "dp-sgd":
         observed = dp_sgd_gradient(model, x, y, _dp_config(settings), torch_generator(seed, "inversion-dp-noise"))
     else:
         names = ([n for n, _ in model.named_parameters()] if case.observed == "full"
-                 else shared_parameter_names(model, tuple(PFDLOptions().shared_paths)))
+                 else shared_parameter_names(model))
         observed = observed_gradient(model, x, y, names)
     recon = invert(model, observed, y, tuple(x.shape), settings, torch_generator(seed, "inversion-dummy", case.name))
     order, scores = match(x, recon)
