@@ -348,6 +348,60 @@ def test_subjects_and_sessions_look_different(default_cohort):
     assert across_sessions > within and across_subjects > within
 
 
+def _corner_colour(seq_dir: Path, k: int = 3) -> np.ndarray:
+    """Mean BGR of the top-left and top-right k x k pixels over a sequence's frames: backdrop
+    only (far from the face, hair and shoulders), seen through the recording's light, colour
+    cast, gain and contrast; the per-frame sensor noise and gain flicker average out."""
+    frames = [cv2.imread(str(p)).astype(np.float32) for p in sorted(seq_dir.iterdir())]
+    return np.mean([np.concatenate([f[:k, :k].reshape(-1, 3), f[:k, -k:].reshape(-1, 3)]) for f in frames],
+                   axis=(0, 1))
+
+
+def test_recording_conditions_belong_to_the_occasion(small):
+    """The sequences of one test occasion (t1/t2 in the name) are one sitting: same backdrop,
+    light, camera and clothes; another occasion looks different. A generator that draws every
+    sequence's conditions on its own gives corners tens of grey levels apart within an occasion."""
+    root, _ = small
+    for subj in sorted((root / "Images").iterdir()):
+        by_occasion = defaultdict(list)
+        for seq in sorted(subj.iterdir()):
+            by_occasion[SEQ_RE.match(seq.name).group(3)].append(_corner_colour(seq))
+        assert sorted(by_occasion) == ["1", "2"], subj.name  # 42, 43 and 80 have both occasions
+        for occasion, colours in by_occasion.items():
+            assert len(colours) >= 2 or subj.name == "042-ll042"
+            spread = np.ptp(np.array(colours), axis=0).max()
+            assert spread < 8, (subj.name, occasion, spread)  # same sitting: same look
+        closest = min(np.abs(a - b).max() for a in by_occasion["1"] for b in by_occasion["2"])
+        assert closest > 8, (subj.name, closest)  # another sitting: another light and camera setting
+
+
+def test_conditions_are_drawn_per_lab_occasion_and_sequence():
+    """Which condition belongs to what: the backdrop to the lab (every subject), light, camera
+    and clothes to (subject, occasion), the head pose to the sequence."""
+    def conditions(subject, name, session, seed=0):
+        rng = np.random.default_rng([seed, subject, 100 + session])
+        return pain.recording_conditions(rng, name, subject, seed, 32)
+
+    def same(a, b, keys):
+        return all(np.array_equal(a[key], b[key]) for key in keys)
+
+    a = conditions(43, "jh043t1aeaff", 0)
+    b = conditions(43, "jh043t1afaff", 1)  # same sitting, another test
+    c = conditions(43, "jh043t2aaaff", 5)  # the other occasion
+    d = conditions(80, "bn080t1aaaff", 0)  # another subject
+    assert same(a, b, pain.OCCASION_CONDITIONS + pain.LAB_CONDITIONS)
+    assert not any(np.array_equal(a[key], b[key]) for key in pain.SEQUENCE_CONDITIONS)
+    assert not any(np.array_equal(a[key], c[key]) for key in pain.OCCASION_CONDITIONS)
+    assert same(a, c, pain.LAB_CONDITIONS) and same(a, d, pain.LAB_CONDITIONS)
+    assert not any(np.array_equal(a[key], d[key]) for key in pain.OCCASION_CONDITIONS)
+    assert not same(a, conditions(43, "jh043t1aeaff", 0, seed=1), pain.LAB_CONDITIONS)
+    keys = pain.LAB_CONDITIONS + pain.OCCASION_CONDITIONS + pain.SEQUENCE_CONDITIONS
+    assert sorted(keys) == sorted(a) and len(set(keys)) == len(keys)  # every condition is assigned once
+    assert [pain.occasion_of(n) for n in ("ll042t1aaaff", "ll042t2afunaff")] == [1, 2]
+    with pytest.raises(ValueError, match="sequence name"):
+        pain.occasion_of("ll042t3aaaff")
+
+
 def test_quirks_write_black_frames(tmp_path):
     summary = generate_pain_cohort(tmp_path / "q", subjects=[95, 101], frame_scale=0.01, image_size=32, quirks=True)
     root = tmp_path / "q"

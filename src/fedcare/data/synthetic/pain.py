@@ -24,15 +24,41 @@ What makes the task realistic rather than trivial:
   is hard to tell from 0, as in the real data. From intensity 2 on, furrows, wrinkles and
   crow's feet darken and the eyes clearly narrow.
 * Subjects differ in face shape, eye spacing, brow height, skin and hair colour and
-  expressiveness; sessions (sequences) differ in lighting, gradient light, colour cast,
-  contrast, blur, sensor noise, background, clothes, scale, rotation and translation.
+  expressiveness. Recording conditions belong to what they belong to in the archive
+  (see "Recording conditions" below): the backdrop to the lab, the light, camera
+  settings and clothes to the occasion, the head pose to the sequence.
 * Pain comes in smooth episodes (rise and fall over several frames) inside mostly neutral
   sequences; per-subject pain prevalence follows Tobis Table 3.1 and the Group 2 sessions
   follow Table 6.3 (session counts and the number of sessions with pain).
 
-Everything is drawn from ``np.random.default_rng([seed, subject, stream])``: the same seed
-gives byte-identical files, and a subject's frames do not depend on which other subjects
-are generated.
+Recording conditions. A sequence name ``<ii><NNN>t<S>a<X><aff|unaff>`` carries the test
+occasion ``t1``/``t2``: the archive's data were "captured on two separate occasions", and one
+occasion holds several range-of-motion tests (``a`` + a/e/f/i) of the affected and unaffected
+limb (reference/dataset-formats.md §1.4). The sequences of one occasion are the same person
+filmed in one sitting, in the same room, by the same camera, in the same clothes, so:
+
+* per cohort (the lab): the backdrop. The archive is one study recorded by one team
+  (UNBC and McMaster); one lab with one backdrop is our assumption (the references do not
+  describe the recording room), and the conservative one: a backdrop that changes
+  with the occasion, the subject or the sequence is information about the recording, not
+  about pain, that a model can learn. The backdrop still looks different on each occasion,
+  because the occasion's light, colour cast, gain and contrast are applied to it.
+* per (subject, occasion): the light field (direction and fall-off), colour cast, gain,
+  contrast, sensor-noise level, blur (focus) and the clothes colour. No per-sequence
+  jitter is added on top: the tests of one sitting are minutes apart with the same lamps
+  and camera settings, and the frame-to-frame changes a real camera has are already
+  drawn per frame (gain flicker, sensor noise).
+* per sequence: the head pose (scale, rotation, translation, yaw) the subject takes for
+  that test, and the expression and its timing.
+
+Before, every sequence drew all of these independently, so each sequence looked like a
+separate recording; sequences differ in how much pain they hold, so a model could score a
+sequence by its look (issue 9). The frames' labels are unchanged by this: the per-sequence
+stream still draws the same numbers in the same order, only the appearance changes.
+
+Everything is drawn from ``np.random.default_rng([seed, subject, stream])`` (the lab from
+``[seed, stream]``): the same seed gives byte-identical files, and a subject's frames do not
+depend on which other subjects are generated.
 """
 
 from __future__ import annotations
@@ -40,6 +66,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -149,6 +176,14 @@ _WRITERS = 4  # threads that encode PNGs and write files (both release the GIL)
 _MAX_PENDING = 16  # sequences drawn but not yet written
 _SEQ_LABEL_RANGES = {"VAS": 10, "OPR": 5, "SEN": 15, "AFF": 15}
 
+# Which recording conditions (keys of face.session_conditions) belong to what (module docstring).
+LAB_CONDITIONS: tuple[str, ...] = ("bg",)
+OCCASION_CONDITIONS: tuple[str, ...] = ("light", "cast", "gain", "contrast", "noise", "blur", "clothes")
+SEQUENCE_CONDITIONS: tuple[str, ...] = ("scale", "rot", "tx", "ty", "yaw")
+_LAB_STREAM = 300  # default_rng([seed, 300]); subjects use [seed, subject, stream]
+_OCCASION_STREAM = 200  # default_rng([seed, subject, 200 + occasion]); sequences use 100 + session
+_OCCASION_RE = re.compile(r"t([12])a[aefi](?:aff|unaff)$")
+
 
 # --------------------------------------------------------------------------------------
 # Cohort plan
@@ -192,6 +227,47 @@ def _choose_names(subject: int, n: int, rng: np.random.Generator) -> list[str]:
     rest = [p for p in pool if p not in known]
     chosen = known + [rest[i] for i in rng.choice(len(rest), size=n - len(known), replace=False)]
     return sorted(chosen)
+
+
+def occasion_of(name: str) -> int:
+    """The test occasion (1 or 2) of a sequence name: the digit after ``t`` (§1.4)."""
+    m = _OCCASION_RE.search(name)
+    if m is None:
+        raise ValueError(f"{name!r} is not a UNBC-McMaster sequence name")
+    return int(m.group(1))
+
+
+def _lab_conditions(seed: int, size: int) -> dict:
+    """The lab's conditions, the same for every subject and occasion: the backdrop."""
+    lab = _session(np.random.default_rng([seed, _LAB_STREAM]), size)
+    return {key: lab[key] for key in LAB_CONDITIONS}
+
+
+def _occasion_conditions(seed: int, subject: int, occasion: int, size: int) -> dict:
+    """One sitting's conditions: light field, colour cast, gain, contrast, noise, blur, clothes."""
+    occ = _session(np.random.default_rng([seed, subject, _OCCASION_STREAM + occasion]), size)
+    return {key: occ[key] for key in OCCASION_CONDITIONS}
+
+
+def recording_conditions(sequence_rng: np.random.Generator, name: str, subject: int, seed: int, size: int,
+                         cache: dict | None = None) -> dict:
+    """A sequence's recording conditions (the dict ``face.render_faces`` takes): the head pose
+    drawn from the sequence's own stream, the rest from its occasion and the lab.
+
+    ``face.session_conditions`` is still called on the sequence's stream, so the stream is
+    advanced exactly as before and every later draw (the expression, the labels) is unchanged;
+    its occasion and lab values are then replaced. Pass one ``cache`` dict for all of a
+    subject's sequences to draw each occasion once."""
+    sess = _session(sequence_rng, size)
+    cache = {} if cache is None else cache  # the lab's and the occasions' conditions, drawn once
+    occasion = occasion_of(name)
+    if "lab" not in cache:
+        cache["lab"] = _lab_conditions(seed, size)
+    if occasion not in cache:
+        cache[occasion] = _occasion_conditions(seed, subject, occasion, size)
+    sess.update(cache["lab"])
+    sess.update(cache[occasion])
+    return sess
 
 
 def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
@@ -433,9 +509,10 @@ def _generate_subject(root: Path, plan: _SubjectPlan, seed: int, size: int, subm
     folder = plan.folder
     bias_rng = np.random.default_rng([seed, plan.subject, 2])
     subject_bias = bias_rng.uniform(-0.08, 0.12)
+    conditions: dict = {}  # the lab's and each occasion's, drawn once
     for sp in plan.sequences:
         rng = np.random.default_rng([seed, plan.subject, 100 + sp.session])
-        sess = _session(rng, size)
+        sess = recording_conditions(rng, sp.name, plan.subject, seed, size, conditions)
         severity = idn["pain_severity"] * rng.uniform(0.85, 1.15)
         au = np.zeros((sp.frames, len(AU_CODES)), dtype=np.int64)
         au[sp.black :] = _pain_aus(sp.frames - sp.black, sp.pain, sp.mild, severity, rng,
