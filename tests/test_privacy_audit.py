@@ -80,5 +80,8 @@ def test_privacy_demo_command_writes_its_table(tmp_path, monkeypatch):
     inversion = json.loads((tmp_path / "p" / "privacy_inversion.json").read_text())["rows"]
     assert inversion[0]["case"].startswith("baseline") and len(inversion) == 6
     assert (tmp_path / "p" / "inversion.png").is_file() and (tmp_path / "p" / "privacy_inversion.md").is_file()
+    page = (tmp_path / "p" / "report.html").read_text()  # one page: both tables and the picture inline
+    assert "Membership inference (loss attack)" in page and "Gradient inversion of one client" in page
+    assert page.count("data:image/png;base64,") == 1 and "SYNTHETIC" in page.upper()
     again = CliRunner().invoke(app, ["demo", "--privacy", "--out", str(tmp_path / "p")])
     assert again.exit_code == 2 and "already exists" in again.output

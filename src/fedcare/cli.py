@@ -165,7 +165,8 @@ def _privacy_demo(out: Optional[Path]) -> None:
     for table in tables:
         console.print(table.markdown())
     console.print(f"written to {out}/privacy_audit.csv, .md, .json and privacy_inversion.csv, .md, .json; "
-                  f"the reconstructions: {out / 'inversion.png'}; docs/privacy.md explains each number")
+                  f"the reconstructions: {out / 'inversion.png'}; all in one page: {out / 'report.html'}; "
+                  f"docs/privacy.md explains each number")
 
 
 @app.command()

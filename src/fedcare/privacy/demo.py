@@ -19,6 +19,7 @@ synthetic images, not patients; the numbers show the mechanisms, not the pain st
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from dataclasses import asdict
@@ -35,6 +36,8 @@ from fedcare.config import DPSGD, Privacy
 from fedcare.privacy import private_algorithm, private_model
 from fedcare.privacy.audit import attack_scores, per_example_losses
 from fedcare.privacy.inversion import InversionSettings, run_inversion, save_picture
+from fedcare.files import atomic_write_text
+from fedcare.report.html import render_page, table_block
 from fedcare.report.tables import Table, write_tables
 from fedcare.runtime.federation import Federation
 from fedcare.seeding import torch_generator
@@ -121,7 +124,19 @@ def run_privacy_demo(out: Path, seed: int = 0, progress=None) -> list[Table]:
                                                         "synthetic": True}, indent=1))
     inversion = inversion_table(out, seed, progress)
     write_tables({"privacy_audit": table, "privacy_inversion": inversion}, out)
+    write_demo_report(out, table, inversion)
     return [table, inversion]
+
+
+def write_demo_report(out: Path, audit: Table, inversion: Table) -> Path:
+    """report.html: both tables and the reconstructions' picture in one self-contained page."""
+    picture = base64.b64encode((out / "inversion.png").read_bytes()).decode("ascii")
+    body = [table_block(audit), table_block(inversion),
+            f'<figure><img alt="true frames and their reconstructions" src="data:image/png;base64,{picture}">'
+            f"<figcaption>Top row: the true frames; below, what the attacker reconstructs from each update "
+            f"(inversion.png).</figcaption></figure>",
+            "<p>docs/privacy.md explains each number and its limits.</p>"]
+    return atomic_write_text(out / "report.html", render_page("fedcare demo --privacy", True, body))
 
 
 def inversion_table(out: Path, seed: int, progress=None) -> Table:
