@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from fedcare.cli import app
 from fedcare.config import DPSGD, Privacy, load_config
 from fedcare.studies.run import run_study
-from test_study_registry import CLIENTS, records, run_toy_on_flower, toy, write_experiment  # noqa: F401 (toy is a fixture)
+from test_study_registry import records, toy, toy_both_ways, write_experiment  # noqa: F401 (toy is a fixture)
 
 PRIVACY = "[privacy.client_dp]\nnoise_multiplier = 0.5\nclipping_norm = 2.0\n"
 
@@ -64,13 +64,7 @@ def test_a_bad_privacy_key_names_it(toy, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_privacy_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path):
-    from fedcare_toy.data import generate
-
-    data = generate(tmp_path / "data", CLIENTS, 4, 12)
-    config = load_config(private_experiment(tmp_path / "toy.toml", root=data))
-    local = run_study(config, tmp_path / "local")
-    run_toy_on_flower(config, tmp_path / "flower")
-    got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
+    got, expected = toy_both_ways(tmp_path, PRIVACY)
     assert any("client_dp_epsilon" in r for r in expected) and got == expected  # noise and epsilon alike, bit for bit
 
 
@@ -95,17 +89,9 @@ def test_secure_aggregation_on_flowers_simulation_engine_equals_the_simulator(to
     """The four exchanges of a SecAgg+ round travel as fedcare operations through Flower; the
     masks cancel exactly, so the sites' random keys leave the records equal, bit for bit. The
     report says what the server saw."""
-    from fedcare_toy.data import generate
-
-    data = generate(tmp_path / "data", CLIENTS, 4, 12)
-    path = write_experiment(tmp_path / "toy.toml", root=data)
-    path.write_text(path.read_text() + "[privacy.secure_aggregation]\n")
-    config = load_config(path)
-    local = run_study(config, tmp_path / "local")
-    run_toy_on_flower(config, tmp_path / "flower")
-    got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
+    got, expected = toy_both_ways(tmp_path, "[privacy.secure_aggregation]\n")
     assert got == expected and len([r for r in expected if r["type"] == "round"]) == 6
-    plain = run_study(load_config(write_experiment(tmp_path / "plain.toml", root=data)), tmp_path / "plain")
+    plain = run_study(load_config(write_experiment(tmp_path / "plain.toml", root=tmp_path / "data")), tmp_path / "plain")
     fedavg = [r for r in records(plain, "round") if r["method"] == "fedavg"]
     secure = [r for r in expected if r["type"] == "round" and r["method"] == "fedavg"]
     assert [r["train_loss"] for r in secure] == pytest.approx([r["train_loss"] for r in fedavg], abs=1e-6)

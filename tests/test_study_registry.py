@@ -41,8 +41,18 @@ def write_experiment(path: Path, **data) -> Path:
     return path
 
 
-def run_toy_on_flower(config, out: Path) -> None:
-    run_experiment_on_flower(config, out, CLIENTS, "toy.toml")
+def toy_both_ways(tmp_path: Path, extra: str = "") -> tuple[list[dict], list[dict]]:
+    """The toy experiment (`extra`: TOML appended to it) on generated data in
+    tmp_path/data, run on Flower's Simulation Engine into tmp_path/flower and in the
+    simulator into tmp_path/local; their client_eval and round records (Flower's, the simulator's)."""
+    from fedcare_toy.data import generate
+
+    path = write_experiment(tmp_path / "toy.toml", root=generate(tmp_path / "data", CLIENTS, 4, 12))
+    path.write_text(path.read_text() + extra)
+    config = load_config(path)
+    local = run_study(config, tmp_path / "local")
+    run_experiment_on_flower(config, tmp_path / "flower", CLIENTS, "toy.toml")
+    return records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
 
 
 def records(run_dir: Path, *types: str) -> list[dict]:
@@ -73,13 +83,7 @@ def test_a_registered_study_runs_through_fedcare_run(toy, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_registered_study_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path):
-    from fedcare_toy.data import generate
-
-    data = generate(tmp_path / "data", CLIENTS, 4, 12)
-    config = load_config(write_experiment(tmp_path / "toy.toml", root=data))
-    local = run_study(config, tmp_path / "local")
-    run_toy_on_flower(config, tmp_path / "flower")
-    got, expected = records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
+    got, expected = toy_both_ways(tmp_path)
     assert len(expected) == 2 * 3 * (CLIENTS + 1) and got == expected  # every loss and TAR, bit for bit
     assert json.loads((tmp_path / "flower" / "run.json").read_text())["sites"] == {"0": 0, "1": 1, "2": 2}
 

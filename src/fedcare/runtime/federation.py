@@ -98,7 +98,7 @@ class Federation:
             if self.observers:
                 raise RuntimeError("privacy.secure_aggregation: the server sees only the sum of the updates, but "
                                    "this federation's observers need each client's update")
-            replies, answered = secure.fit(self.clients, phase, rnd, work, getattr(self.server, "weighting", "examples"))
+            replies, answered = secure.fit(self.clients, phase, rnd, work, self.server.weighting)
         previous = self.global_message
         self.global_message = self.server.aggregate(self.global_message, replies)
         for observe in self.observers:
