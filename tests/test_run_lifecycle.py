@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,26 @@ def _ctrl_c_as_on_a_terminal() -> None:
 def cli(*args: str, cwd: Path | None = None, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "fedcare.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_on_a_terminal, **popen)
+
+
+def interrupted_at_round(monkeypatch, n: int, start: Callable[[], object]) -> KeyboardInterrupt:
+    """Run `start()` with Ctrl-C arriving as the n-th federation round begins (every round of
+    every study goes through `Federation.run_round`); the interrupt, its patch undone."""
+    from fedcare.runtime.federation import Federation
+
+    real, calls = Federation.run_round, []
+
+    def stop(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "run_round", stop)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        start()
+    monkeypatch.undo()
+    return stopped.value
 
 
 def wait_for_units(partial: Path, units: int, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -177,7 +198,6 @@ def test_sigterm_and_ctrl_c_keep_the_finished_work_and_say_how_to_resume(cohort,
 
 def test_a_federated_study_resumes_from_its_round_checkpoint(tmp_path, monkeypatch):
     """FedHealth 2: stopped in the middle of a method's rounds (Ctrl-C), resumed in process."""
-    from fedcare.runtime.federation import Federation
     from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 
     config = FedHealth2Experiment.model_validate({
@@ -187,20 +207,10 @@ def test_a_federated_study_resumes_from_its_round_checkpoint(tmp_path, monkeypat
         "options": {"ffedap_warmup_rounds": 1}, "runtime": {"threads": 1},
     })
     reference = run_study(config, tmp_path / "reference")
-    real_round, calls = Federation.run_round, []
-
-    def stop_at_the_sixth_round(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 6:  # fedap's round 2 (after fedbn's 3 rounds and fedap's first)
-            raise KeyboardInterrupt
-        return real_round(self, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "run_round", stop_at_the_sixth_round)
-    with pytest.raises(KeyboardInterrupt) as stopped:
-        run_study(config, tmp_path / "run")
+    # Ctrl-C in fedap's round 2 (after fedbn's 3 rounds and fedap's first)
+    stopped = interrupted_at_round(monkeypatch, 6, lambda: run_study(config, tmp_path / "run"))
     # the pretraining, fedbn's 3 rounds and fedap's first: 5 of 10 units
-    assert run_module.stop_note(stopped.value).startswith(f"kept {tmp_path / 'run.partial'} (5 of 10 units finished)")
-    monkeypatch.undo()
+    assert run_module.stop_note(stopped).startswith(f"kept {tmp_path / 'run.partial'} (5 of 10 units finished)")
     resume_study(tmp_path / "run.partial")
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flower_inprocess import InProcessBackend, simulation_backend
-from flwr.serverapp import ServerApp
+from flower_inprocess import run_experiment_on_flower
 from sklearn.metrics import f1_score, precision_recall_fscore_support
+from test_run_lifecycle import interrupted_at_round
 from torch.nn import functional as F
 from typer.testing import CliRunner
 
@@ -24,7 +24,7 @@ from fedcare.cli import app
 from fedcare.config import ConfigError, load_config, to_toml
 from fedcare.data.surgical import TOOLS, FrameCache, thesis_clients
 from fedcare.data.synthetic.surgical import generate_surgical
-from fedcare.deployment.app import check_experiment, client_app, run_experiment
+from fedcare.deployment.app import check_experiment
 from fedcare.runtime.federation import Federation
 from fedcare.studies import run as run_module
 from fedcare.studies.registry import study_for
@@ -322,19 +322,9 @@ def test_uniform_aggregation_differs_from_weighted(reference):
 def test_an_interrupted_run_resumes_to_byte_identical_records(synth, cache, reference, tmp_path, monkeypatch):
     config = tiny(synth, cache, methods=["lot", "feddg", "fedrep"])
     whole = run_study(config, tmp_path / "whole")
-    real, calls = Federation.run_round, []
-
-    def stop_in_feddgs_second_round(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 12:  # LOT's 5 models x 2 rounds, then FedDG's round 1 finished
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "run_round", stop_in_feddgs_second_round)
-    with pytest.raises(KeyboardInterrupt) as stopped:
-        run_study(config, tmp_path / "run")
-    assert run_module.stop_note(stopped.value).startswith(f"kept {tmp_path / 'run.partial'} (11 of 14 units finished)")
-    monkeypatch.undo()
+    # Ctrl-C in FedDG's second round: LOT's 5 models x 2 rounds, then FedDG's round 1 finished
+    stopped = interrupted_at_round(monkeypatch, 12, lambda: run_study(config, tmp_path / "run"))
+    assert run_module.stop_note(stopped).startswith(f"kept {tmp_path / 'run.partial'} (11 of 14 units finished)")
     resume_study(tmp_path / "run.partial")
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (whole / "metrics.jsonl").read_bytes()
     # the same methods in a longer list give the same records: every draw comes from the seed
@@ -344,19 +334,8 @@ def test_an_interrupted_run_resumes_to_byte_identical_records(synth, cache, refe
 
 # -- Flower ---------------------------------------------------------------------------------------
 def test_flowers_simulation_engine_equals_the_simulator(synth, cache, reference, tmp_path):
-    from flwr.simulation import run_simulation
-
     config = tiny(synth, cache, methods=["lot", "fedavg", "feddyn", "feddg", "fedrep"])
-    server = ServerApp()
-
-    @server.main()
-    def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": "surgical.toml",
-                              "out": str(tmp_path / "flower")})
-
-    InProcessBackend.workers = len(CLIENTS)
-    with simulation_backend() as backend:
-        run_simulation(server, client_app, num_supernodes=len(CLIENTS), backend_name=backend)
+    run_experiment_on_flower(config, tmp_path / "flower", len(CLIENTS), "surgical.toml")
     kinds = ("client_eval", "round", "client_update")
     expected = [r for r in records(reference, *kinds) if r["method"] in config.methods]
     assert len(expected) > 100 and records(tmp_path / "flower", *kinds) == expected  # bit for bit
