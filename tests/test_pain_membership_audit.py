@@ -84,7 +84,7 @@ def test_members_and_non_members_are_the_documented_frames(audit_run):
         assert len(members) == len(non_members) == count
         trained = balance_items(site.sessions, UPTO, site.per_class, numpy_rng(SEED, "balance", subject, UPTO))
         # the draw is the one the client trained on: the same frames PainSite hands out as train/5/1
-        assert items_data(site.sessions, trained).x.equal(site.data(f"train/{SEED}/{UPTO}").x)
+        assert items_data(site.sessions, trained).x[:].equal(site.data(f"train/{SEED}/{UPTO}").x[:])
         rows = {tuple(r) for r in trained}
         assert {tuple(r) for r in members} <= rows and len({tuple(r) for r in members}) == len(members)
         ever = {(s, f) for u in range(UPTO + 1)

@@ -31,7 +31,10 @@ LossFactory = Callable[["ClientData"], BatchLoss]
 
 @dataclass
 class ClientData:
-    """One client's examples: inputs (uint8 images are scaled to [0, 1] per batch) and labels."""
+    """One client's examples: inputs (uint8 images are scaled to [0, 1] per batch) and labels.
+
+    `x` is a tensor, or an object that indexes like one and has `len`, `shape`, `dtype` and a
+    static `concat(parts)` (the pain study's `FrameItems` cut each image when a batch asks)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -46,7 +49,9 @@ class ClientData:
     @staticmethod
     def concat(parts: Iterable["ClientData"]) -> "ClientData":
         parts = list(parts)
-        return ClientData(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))
+        xs = [p.x for p in parts]
+        x = torch.cat(xs) if all(isinstance(v, torch.Tensor) for v in xs) else type(xs[0]).concat(xs)
+        return ClientData(x, torch.cat([p.y for p in parts]))
 
 
 def as_float(x: torch.Tensor) -> torch.Tensor:

@@ -79,7 +79,7 @@ def train_stacked(model: nn.Module, states: Sequence[dict[str, torch.Tensor]], d
     x_all = torch.zeros((k_all, max(len(d) for d in data), *data[0].x.shape[1:]), dtype=data[0].x.dtype)
     y_all = torch.zeros((k_all, x_all.shape[1], *data[0].y.shape[1:]), dtype=data[0].y.dtype)
     for k, d in enumerate(data):
-        x_all[k, :len(d)], y_all[k, :len(d)] = d.x, d.y
+        x_all[k, :len(d)], y_all[k, :len(d)] = d.x[:], d.y  # [:] cuts images held as items
     loss_sum, count = torch.zeros(k_all, dtype=torch.float64), torch.zeros(k_all, dtype=torch.float64)
 
     def loss_of(moving, fixed, x, y):

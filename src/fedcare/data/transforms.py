@@ -43,10 +43,18 @@ def rotate(image: np.ndarray, degrees: float) -> np.ndarray:
     return cv2.warpAffine(image, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
 
 
+def variant(image: np.ndarray, which: int, image_size: int, rotation_sign: int) -> np.ndarray:
+    """Variant `which` of a pre-crop image (an index into VARIANTS), centre-cropped to
+    (image_size, image_size) uint8. The rotated ones turn 10° in the direction
+    `rotation_sign` (drawn per frame). Cheap enough to cut on demand from the one stored copy."""
+    if which not in (0, 1, 2, 3):
+        raise ValueError(f"variant {which} is not one of 0..3 {VARIANTS}")
+    out = image[:, ::-1] if which in (1, 3) else image
+    if which >= 2:
+        out = rotate(np.ascontiguousarray(out), ROTATION_DEGREES * (1 if rotation_sign >= 0 else -1))
+    return centre_crop(out, image_size)
+
+
 def four_variants(image: np.ndarray, image_size: int, rotation_sign: int) -> np.ndarray:
-    """(4, image_size, image_size) uint8: original, flipped, rotated, flipped+rotated.
-    Each rotated copy turns 10° in the direction `rotation_sign` (drawn per frame)."""
-    flipped = image[:, ::-1]
-    angle = ROTATION_DEGREES * (1 if rotation_sign >= 0 else -1)
-    variants = (image, flipped, rotate(image, angle), rotate(np.ascontiguousarray(flipped), angle))
-    return np.stack([centre_crop(v, image_size) for v in variants])
+    """(4, image_size, image_size) uint8: original, flipped, rotated, flipped+rotated."""
+    return np.stack([variant(image, v, image_size, rotation_sign) for v in range(4)])

@@ -1,8 +1,19 @@
-"""The pain cohort in memory: every frame preprocessed and augmented once, grouped by subject
-and session, plus the thesis's balancing (Algorithm 3, as its code does it)."""
+"""The pain cohort: every frame decoded and preprocessed once, grouped by subject and session,
+plus the thesis's balancing (Algorithm 3, as its code does it).
+
+Memory: each frame is stored once, as the uint8 pre-crop image (250 px for the thesis's 215 px
+network input), with the rotation direction drawn for it. Its four variants (original,
+flipped, rotated, flipped+rotated; `fedcare.data.transforms.variant`) are cut when a batch
+asks for them, so a training, validation or test set costs its item index, not its images
+(`FrameItems`). The variants are byte-identical to the ones the cohort used to hold. A cohort
+read for a run in this process keeps its frames in a memory-mapped file in the run directory
+(`build_cohort(store_dir=...)`): the kernel pages it in and out instead of the process holding
+it. The file has no name (it is unlinked when created), so nothing is left behind, even after
+a SIGKILL."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +23,11 @@ import torch
 
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
-from fedcare.data.transforms import four_variants, preprocess
-from fedcare.data.unbc import FATAL_PROBLEMS, UnbcDataset, UnbcFrame, load_unbc, read_grey, subject_dir_name
+from fedcare.data.transforms import precrop_size, preprocess, variant
+from fedcare.data.unbc import FATAL_PROBLEMS, UnbcDataset, load_unbc, read_grey, subject_dir_name
 from fedcare.seeding import numpy_rng
 
-
+VARIANTS_PER_FRAME = 4
 
 
 class PainDataError(DataError):
@@ -25,20 +36,65 @@ class PainDataError(DataError):
 
 @dataclass
 class Session:
-    images: np.ndarray  # (frames, 4 variants, S, S) uint8
+    frames: np.ndarray  # (frames, P, P) uint8 pre-crop images: the one stored copy
+    signs: np.ndarray  # (frames,) int8: the direction (+1/-1) each frame's rotated variants turn
     labels: np.ndarray  # (frames,) 0/1
     pspi: np.ndarray  # (frames,) float
+    image_size: int  # the network's input size, which the variants are cropped to
 
     @property
     def positives(self) -> int:
         return int(self.labels.sum())
 
+    def item(self, frame: int, which: int) -> np.ndarray:
+        """Variant `which` (0..3) of frame `frame`: (image_size, image_size) uint8."""
+        return variant(self.frames[frame], which, self.image_size, int(self.signs[frame]))
+
     def as_client_data(self) -> ClientData:
         """Every frame in all 4 variants, unbalanced: the thesis's validation and test sets."""
-        n, v, s, _ = self.images.shape
-        x = torch.from_numpy(self.images.reshape(n * v, 1, s, s))
-        y = torch.from_numpy(np.repeat(self.labels, v).astype(np.float32))
-        return ClientData(x, y)
+        items = session_items(0, len(self.labels))
+        return ClientData(FrameItems([self], items), torch.from_numpy(np.repeat(self.labels, VARIANTS_PER_FRAME)
+                                                                       .astype(np.float32)))
+
+
+class FrameItems:
+    """The images of (session, frame, variant) items, a `ClientData.x` that cuts each variant
+    from its session's stored frame when indexed: `items[idx]` is a (len, 1, S, S) uint8
+    tensor, as the rows of a stacked tensor would be. `sessions` are the sessions the rows'
+    first column indexes (one subject's, or several subjects' after `concat`)."""
+
+    dtype = torch.uint8
+
+    def __init__(self, sessions: list[Session], rows: np.ndarray):
+        self.sessions = sessions
+        self.rows = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+        self.size = sessions[0].image_size if sessions else 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((len(self.rows), 1, self.size, self.size))
+
+    def __getitem__(self, index) -> torch.Tensor:
+        if isinstance(index, torch.Tensor):
+            index = index.numpy()
+        single = not isinstance(index, slice) and np.ndim(index) == 0
+        rows = self.rows[[int(index)] if single else index]
+        out = np.empty((len(rows), 1, self.size, self.size), np.uint8)
+        for i, (s, f, v) in enumerate(rows):
+            out[i, 0] = self.sessions[s].item(f, v)
+        return torch.from_numpy(out[0] if single else out)
+
+    @staticmethod
+    def concat(parts: list["FrameItems"]) -> "FrameItems":
+        sessions: list[Session] = []
+        rows = []
+        for part in parts:
+            rows.append(part.rows + np.array([len(sessions), 0, 0]))
+            sessions.extend(part.sessions)
+        return FrameItems(sessions, np.concatenate(rows) if rows else np.zeros((0, 3), np.int64))
 
 
 @dataclass
@@ -51,6 +107,20 @@ class PainCohort:
         return sorted(self.sessions)
 
 
+def frame_store(frames: int, side: int, directory: Path | None) -> np.ndarray:
+    """Room for `frames` (side, side) uint8 images: in memory, or with `directory` a memory map
+    of a file there that has no name (created unlinked) and goes when the array does."""
+    if directory is None or frames == 0:
+        return np.empty((frames, side, side), np.uint8)
+    try:
+        with tempfile.TemporaryFile(prefix=".pain-frames-", dir=directory) as file:
+            file.truncate(frames * side * side)
+            return np.memmap(file, dtype=np.uint8, mode="r+", shape=(frames, side, side))
+    except OSError as e:
+        raise PainDataError(f"{directory}: cannot create the frame store of {frames * side * side / 2**20:.0f} MB "
+                            f"({e.strerror or e})") from None
+
+
 def build_cohort(
     ds: UnbcDataset,
     subjects: Iterable[int],
@@ -61,35 +131,42 @@ def build_cohort(
     drop_black_frames: bool,
     augment_seed: int,
     progress: Callable[[int, int], None] | None = None,
+    store_dir: Path | None = None,
 ) -> PainCohort:
-    """Read, preprocess and augment the frames of `subjects`. Fails naming the path on a
-    missing or corrupt image or a frame without a PSPI label."""
+    """Read and preprocess the frames of `subjects`, each stored once (in memory, or in a
+    memory-mapped file in `store_dir`). Fails naming the path on a missing or corrupt image or
+    a frame without a PSPI label."""
     wanted = set(subjects)
     missing = wanted - set(ds.subjects())
     if missing:
         raise PainDataError(f"{ds.root}: subjects {sorted(missing)} not found (found {ds.subjects()})")
-    frames = [f for f in ds.frames if f.subject in wanted]
-    by_key: dict[tuple[int, int], list[tuple[UnbcFrame, np.ndarray]]] = {}
+    frames = [f for f in ds.frames if f.subject in wanted]  # sorted by (subject, session, index)
+    store = frame_store(len(frames), precrop_size(image_size, crop_ratio), store_dir)
+    signs = np.empty(len(frames), np.int8)
+    pspi = np.empty(len(frames), np.float32)
+    spans: dict[tuple[int, int], list[int]] = {}  # (subject, session) -> [first row, end row)
+    kept = 0
     for i, frame in enumerate(frames):
         if frame.pspi is None:
             raise PainDataError(f"{frame.image}: no PSPI label (expected Frame_Labels/PSPI/.../{frame.image.stem}_facs.txt)")
         grey = read_grey(frame.image)
-        if drop_black_frames and grey.mean() < 1.0:
-            continue
-        sign = 1 if numpy_rng(augment_seed, "rotation", frame.subject, frame.sequence, frame.index).random() < 0.5 else -1
-        variants = four_variants(preprocess(grey, image_size, crop_ratio), image_size, sign)
-        by_key.setdefault((frame.subject, frame.session), []).append((frame, variants))
+        if not (drop_black_frames and grey.mean() < 1.0):
+            rng = numpy_rng(augment_seed, "rotation", frame.subject, frame.sequence, frame.index)
+            signs[kept] = 1 if rng.random() < 0.5 else -1
+            store[kept] = preprocess(grey, image_size, crop_ratio)
+            pspi[kept] = frame.pspi
+            spans.setdefault((frame.subject, frame.session), [kept, kept])[1] = kept + 1
+            kept += 1
         if progress and (i % 50 == 0 or i == len(frames) - 1):
             progress(i + 1, len(frames))
     sessions: dict[int, list[Session]] = {}
     for subject in sorted(wanted):
-        count = 1 + max((s for (subj, s) in by_key if subj == subject), default=-1)
+        count = 1 + max((s for (subj, s) in spans if subj == subject), default=-1)
         subject_sessions = []
         for s in range(count):
-            items = by_key.get((subject, s), [])
-            pspi = np.array([f.pspi for f, _ in items], dtype=np.float32)
-            images = np.stack([v for _, v in items]) if items else np.zeros((0, 4, image_size, image_size), np.uint8)
-            subject_sessions.append(Session(images, (pspi >= pspi_threshold).astype(np.uint8), pspi))
+            a, b = spans.get((subject, s), (0, 0))
+            subject_sessions.append(Session(store[a:b], signs[a:b], (pspi[a:b] >= pspi_threshold).astype(np.uint8),
+                                            pspi[a:b], image_size))
         sessions[subject] = subject_sessions
     return PainCohort(sessions, image_size, ds.synthetic)
 
@@ -129,11 +206,9 @@ def session_items(session: int, frames: int) -> np.ndarray:
 
 
 def items_data(sessions: list[Session], items: np.ndarray) -> ClientData:
-    """The images and labels of (session, frame, variant) items, in their order."""
-    size = sessions[0].images.shape[-1]
-    x = np.stack([sessions[s].images[f, v] for s, f, v in items]) if len(items) else np.zeros((0, size, size), np.uint8)
+    """The (session, frame, variant) items, in their order, as a data set (images cut on demand)."""
     y = np.array([sessions[s].labels[f] for s, f, _ in items], dtype=np.float32)
-    return ClientData(torch.from_numpy(x[:, None]), torch.from_numpy(y))
+    return ClientData(FrameItems(sessions, items), torch.from_numpy(y))
 
 
 def balance(sessions: list[Session], upto: int, per_class: int, rng: np.random.Generator) -> ClientData | None:
@@ -216,14 +291,16 @@ def pretraining_sets(
         for split, mask in ((train, ~in_val), (val, in_val)):
             part = table[(table[:, 0] == subject) & mask]
             if len(part):
-                x = np.stack([cohort.sessions[subject][s].images[f, v] for _, s, f, v, _ in part])[:, None]
-                split[subject] = ClientData(torch.from_numpy(x), torch.from_numpy(part[:, 4].astype(np.float32)))
+                split[subject] = ClientData(FrameItems(cohort.sessions[subject], part[:, 1:4]),
+                                            torch.from_numpy(part[:, 4].astype(np.float32)))
     return train, val
 
 
-def read_cohort(config, root: Path, subjects: list[int], progress: Callable[[str, int, int], None] | None = None) -> PainCohort:
-    """Read and preprocess `subjects` of the UNBC-McMaster copy at `root`; fails naming the
-    files that cannot be used."""
+def read_cohort(config, root: Path, subjects: list[int], progress: Callable[[str, int, int], None] | None = None,
+                store_dir: Path | None = None) -> PainCohort:
+    """Read and preprocess `subjects` of the UNBC-McMaster copy at `root` (frames kept in a
+    memory-mapped file in `store_dir` if given, else in memory); fails naming the files that
+    cannot be used."""
     dataset = load_unbc(root, subjects=subjects)
     images = dataset.parts.get("Images") or Path(root) / "Images"
     for k in sorted(set(subjects) - set(dataset.subjects())):  # before its labels are listed "without image"
@@ -244,5 +321,5 @@ def read_cohort(config, root: Path, subjects: list[int], progress: Callable[[str
     return build_cohort(
         dataset, subjects, image_size=protocol.image_size, crop_ratio=protocol.crop_ratio,
         pspi_threshold=data.pspi_threshold, drop_black_frames=data.drop_black_frames, augment_seed=data.augment_seed,
-        progress=(lambda d, t: progress("reading and augmenting frames", d, t)) if progress else None,
+        progress=(lambda d, t: progress("reading frames", d, t)) if progress else None, store_dir=store_dir,
     )

@@ -59,7 +59,7 @@ class PainStudy(Study):
         if data.synthetic is not None:
             root = workdir / SYNTHETIC_DIR
         cohort = read_cohort(self.config, root, sorted(set(protocol.subjects) | set(protocol.pretrain_subjects)),
-                             progress)
+                             progress, store_dir=workdir)
         sites = {k: PainSite(k, cohort.sessions[k], protocol.balance_per_class, cohort.synthetic)
                  for k in protocol.subjects}
         return LocalRuntime(sites, self.algorithm, synthetic=cohort.synthetic, local_data=cohort,

@@ -1,0 +1,85 @@
+"""The pain data path's memory: each frame is held once (its pre-crop uint8 image), the four
+variants are cut when a batch asks for them, and a run's frames can live in a memory-mapped
+file instead of the process. Measured with tracemalloc, which sees NumPy's buffers (not
+torch's or a memory map's), at a reduced scale: the shared 4-subject synthetic cohort."""
+
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from fedcare.data.transforms import four_variants, precrop_size, preprocess
+from fedcare.data.unbc import load_unbc, read_grey
+from fedcare.seeding import numpy_rng
+from fedcare.studies.pain.cohort import PainSite, build_cohort, pretraining_sets
+
+SIZE = 32
+
+
+def _cohort(ds, store_dir=None):
+    return build_cohort(ds, ds.subjects(), image_size=SIZE, crop_ratio=215 / 250, pspi_threshold=1,
+                        drop_black_frames=True, augment_seed=0, store_dir=store_dir)
+
+
+def _traced_peak(fn):
+    tracemalloc.start()
+    try:
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_each_frame_is_held_once_and_datasets_hold_no_images(pain_cohort):
+    ds = load_unbc(pain_cohort)
+    _cohort(ds)  # first calls import and cache what later ones reuse: trace a second one
+    cohort, peak = _traced_peak(lambda: _cohort(ds))
+    frames = sum(len(s.labels) for sessions in cohort.sessions.values() for s in sessions)
+    one_copy = frames * precrop_size(SIZE) ** 2
+    four_variants_bytes = frames * 4 * SIZE * SIZE  # what the cohort held before: 2.9x one copy
+    assert frames == len(ds.frames) > 100
+    # building holds the store plus one frame's decoding at a time
+    assert one_copy <= peak < 1.2 * one_copy < four_variants_bytes / 2
+
+    def every_dataset():
+        train, val = pretraining_sets(cohort, [42], 0.2, np.random.default_rng(0))
+        site = PainSite(43, cohort.sessions[43], 40, True)
+        tests = [site.data(f"session/{s}") for s in range(len(site.sessions))]
+        return train, val, tests, site.data("train/1/2")
+
+    every_dataset()
+    (train, val, tests, balanced), peak = _traced_peak(every_dataset)
+    items = sum(len(d) for d in [*train.values(), *val.values(), *tests, balanced])
+    assert items > 400
+    # an item costs its index row (3 int64) and its label, not its 32x32 image
+    assert peak < items * 200 < items * SIZE * SIZE
+    # and the images it cuts are the variants the cohort used to store, byte for byte
+    session = cohort.sessions[43][1]
+    frame = next(f for f in ds.frames if (f.subject, f.session) == (43, 1))
+    sign = 1 if numpy_rng(0, "rotation", 43, frame.sequence, frame.index).random() < 0.5 else -1
+    expected = four_variants(preprocess(read_grey(frame.image), SIZE), SIZE, sign)
+    assert np.array_equal(session.as_client_data().x[0:4][:, 0].numpy(), expected)
+
+
+def test_a_run_keeps_its_frames_in_a_nameless_memory_mapped_file(pain_cohort, tmp_path):
+    ds = load_unbc(pain_cohort)
+    in_memory = _cohort(ds)
+    mapped, peak = _traced_peak(lambda: _cohort(ds, store_dir=tmp_path))
+    frames = sum(len(s.labels) for sessions in mapped.sessions.values() for s in sessions)
+    assert peak < frames * precrop_size(SIZE) ** 2 / 4  # the frames are not the process's memory
+    first = mapped.sessions[43][0].frames
+    assert isinstance(first.base, np.memmap) or isinstance(first, np.memmap)
+    assert os.listdir(tmp_path) == []  # unlinked when created: nothing to clean, even after SIGKILL
+    for subject, sessions in in_memory.sessions.items():
+        for a, b in zip(sessions, mapped.sessions[subject]):
+            assert np.array_equal(a.frames, b.frames) and np.array_equal(a.signs, b.signs)
+            assert a.as_client_data().x[:].equal(b.as_client_data().x[:])
+
+
+def test_an_unwritable_store_directory_is_a_clear_error(pain_cohort, tmp_path):
+    from fedcare.studies.pain.cohort import PainDataError
+
+    missing = tmp_path / "gone"
+    with pytest.raises(PainDataError, match=f"{missing}: cannot create the frame store"):
+        _cohort(load_unbc(pain_cohort), store_dir=missing)
