@@ -83,3 +83,17 @@ def test_an_unwritable_store_directory_is_a_clear_error(pain_cohort, tmp_path):
     missing = tmp_path / "gone"
     with pytest.raises(PainDataError, match=f"{missing}: cannot create the frame store"):
         _cohort(load_unbc(pain_cohort), store_dir=missing)
+
+
+def test_a_full_disk_is_found_before_any_frame_is_written(pain_cohort, tmp_path, monkeypatch):
+    import errno
+
+    from fedcare.studies.pain import cohort as cohort_module
+
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cohort_module.os, "posix_fallocate", no_space)
+    with pytest.raises(cohort_module.PainDataError, match="cannot create the frame store of .* MB.*No space left"):
+        _cohort(load_unbc(pain_cohort), store_dir=tmp_path)
+    assert os.listdir(tmp_path) == []

@@ -13,6 +13,7 @@ a SIGKILL."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -114,7 +115,8 @@ def frame_store(frames: int, side: int, directory: Path | None) -> np.ndarray:
         return np.empty((frames, side, side), np.uint8)
     try:
         with tempfile.TemporaryFile(prefix=".pain-frames-", dir=directory) as file:
-            file.truncate(frames * side * side)
+            # reserve the blocks now: a full disk is this error, not a SIGBUS on a later write
+            os.posix_fallocate(file.fileno(), 0, frames * side * side)
             return np.memmap(file, dtype=np.uint8, mode="r+", shape=(frames, side, side))
     except OSError as e:
         raise PainDataError(f"{directory}: cannot create the frame store of {frames * side * side / 2**20:.0f} MB "
