@@ -97,3 +97,14 @@ def test_a_full_disk_is_found_before_any_frame_is_written(pain_cohort, tmp_path,
     with pytest.raises(cohort_module.PainDataError, match="cannot create the frame store of .* MB.*No space left"):
         _cohort(load_unbc(pain_cohort), store_dir=tmp_path)
     assert os.listdir(tmp_path) == []
+
+
+def test_evaluation_batches_shrink_with_the_image_size_and_keep_the_demos():
+    from fedcare.studies.pain.config import PainExperiment
+    from fedcare.studies.pain.methods import EVAL_PIXELS, eval_batch_size, make_algorithm
+
+    assert [eval_batch_size(s) for s in (32, 48, 64)] == [512, 512, 512]  # the demo's and tests' batches
+    assert eval_batch_size(215) == 45 and 45 * 215 * 215 <= EVAL_PIXELS < 46 * 215 * 215
+    config = PainExperiment.model_validate({"methods": ["F(N)"], "data": {"synthetic": {}},
+                                            "protocol": {"image_size": 215}})
+    assert make_algorithm("fedavg", config).client.settings.eval_batch_size == 45

@@ -191,3 +191,16 @@ def test_adapt_without_steps_leaves_the_model(steps):
     before = copy.deepcopy(model)
     adapt(model, tiny_data(1, n=8), SETTINGS, steps=steps, generator=torch.Generator())
     assert _same(model, before)
+
+
+def test_a_clients_evaluation_runs_in_batches_of_its_eval_batch_size():
+    from fedcare.algorithms.base import ClientHalf
+    from fedcare.algorithms.messages import Message
+
+    model, data = tiny_model(), tiny_data(0, n=40)
+    sizes = []
+    model.features.register_forward_hook(lambda module, inputs, output: sizes.append(len(inputs[0])))
+    half = ClientHalf(TrainSettings(eval_batch_size=16))
+    message = Message({k: v.clone() for k, v in model.state_dict().items()})
+    metrics = half.evaluate(model, message, {}, data, "loss")
+    assert sizes == [16, 16, 8] and metrics["n"] == 40

@@ -91,7 +91,7 @@ class ClientHalf:
         would use, computed here on its own data: only the metrics leave the client. `rng`
         (seed, "evaluate", client) is for evaluations that draw (tuning, sampled pairs)."""
         task = self.settings.task
-        scores, loss = predict(self.load(model, message, state), data, task)
+        scores, loss = predict(self.load(model, message, state), data, task, self.settings.eval_batch_size)
         return task.metrics(metrics, scores, loss, data)
 
 

@@ -119,6 +119,7 @@ class TrainSettings:
     optimizer: OptimizerFactory = SGD()
     scheduler: SchedulerFactory | None = None
     gradient_hook: GradientHook | None = None
+    eval_batch_size: int = 512  # examples per forward pass when evaluating: bounds its activations' memory
 
     def batch_loss(self, data: ClientData) -> BatchLoss:
         return self.loss(data) if self.loss is not None else self.task.batch_loss(data)
