@@ -29,9 +29,15 @@ def test_supernode_starts_the_warm_launcher_next_to_a_process_isolated_supernode
     assert supernode.startswith("flower-supernode ") and supernode.endswith("--isolation process")
 
 
-def test_supernode_no_warm_is_flowers_own_clientapp_process_per_message(tmp_path):
+def test_supernode_no_warm_is_flowers_own_clientapp_process_per_message(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", raising=False)
     (supernode,) = _supernode(tmp_path, "--no-warm")
-    assert supernode.startswith("flower-supernode ") and "--isolation" not in supernode
+    # Flower's SuperExec, told to look for work every 0.1 s instead of every second
+    assert supernode.startswith("FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.1 flower-supernode ")
+    assert "--isolation" not in supernode
+    monkeypatch.setenv("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "2")  # the site's own setting wins
+    (supernode,) = _supernode(tmp_path, "--no-warm")
+    assert supernode.startswith("flower-supernode ")
 
 
 def test_clientapps_refuses_a_poll_interval_flower_would_not_take():

@@ -44,14 +44,20 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _exec(cmd: list[str], dry_run: bool) -> None:
+# Flower's SuperExec (started by the SuperLink, and by a SuperNode without the warm launcher)
+# looks for work every second by default; this environment variable is Flower's own setting.
+SUPEREXEC_POLL = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
+
+
+def _exec(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> None:
+    env = {k: v for k, v in (env or {}).items() if k not in os.environ}  # the user's own setting wins
     if dry_run:
-        print(" ".join(_quote(c) for c in cmd))
+        print(" ".join([*(f"{k}={_quote(v)}" for k, v in env.items()), *(_quote(c) for c in cmd)]))
         return
     if shutil.which(cmd[0]) is None:
         _fail(f"{cmd[0]} not found: install fedcare (it brings flwr) on this machine")
     sys.stdout.flush()
-    os.execvp(cmd[0], cmd)
+    os.execvpe(cmd[0], cmd, {**os.environ, **env})
 
 
 def _quote(s: str) -> str:
@@ -119,7 +125,7 @@ def superlink(
             _fail(f"{certs_dir}: missing {', '.join(missing)} (make them with `fedcare flower certs`)")
         cmd += ["--ssl-ca-certfile", str(certs_dir / "ca.crt"), "--ssl-certfile", str(certs_dir / "server.pem"),
                 "--ssl-keyfile", str(certs_dir / "server.key"), "--enable-supernode-auth"]
-    _exec(cmd, dry_run)
+    _exec(cmd, dry_run, SUPEREXEC_POLL)
 
 
 @flower_app.command()
@@ -155,7 +161,7 @@ def supernode(
                 _fail(f"{option}: {'not given' if path is None else f'{path}: no such file'} (or --insecure for a local trial)")
         cmd += ["--root-certificates", str(root_certificates), "--auth-supernode-private-key", str(auth_key)]
     if not warm:
-        _exec(cmd, dry_run)
+        _exec(cmd, dry_run, SUPEREXEC_POLL)
         return
     # Flower starts no SuperExec with --isolation process: the warm launcher takes the tasks.
     # It is started first, then this process becomes the SuperNode (same pid), which the
