@@ -4,13 +4,15 @@
   `fedcare flower superlink` (Flower's SuperLink with TLS, SuperNode authentication and no
   run-time dependency installation, which fails offline);
 - site: `fedcare flower supernode` (a SuperNode told which site it is, where its data and
-  its state live);
+  its state live, with `fedcare flower clientapps`, the warm launcher that answers its
+  messages in processes forked from one that imported Flower, torch and the app once);
 - researcher: `fedcare flower run` (validates the experiment, starts it with `flwr run`,
   waits for it, and fails loudly unless it completed: `flwr run` itself exits 0 even when
   the run failed).
 
 The superlink and supernode commands check their inputs, then replace themselves with
-Flower's own command (shown with --dry-run), so signals (Ctrl-C, SIGTERM) reach Flower.
+Flower's own command (shown with --dry-run), so signals (Ctrl-C, SIGTERM) reach Flower; the
+supernode command first starts the warm launcher, which ends with the SuperNode.
 """
 
 from __future__ import annotations
