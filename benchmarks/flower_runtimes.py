@@ -137,10 +137,12 @@ class Deployment:
     """A SuperLink and one SuperNode per site on 127.0.0.1 (insecure: a local benchmark),
     each in its own process group with its own FLWR_HOME; `close()` stops them all."""
 
-    def __init__(self, root: Path, sites: list[str], warm: bool):
+    def __init__(self, root: Path, sites: list[str], mode: str):
         self.root = root
-        self.warm = warm
-        self.name = "Flower deployment, warm" if warm else "Flower deployment, cold"
+        warm = mode != "cold"
+        self.fast_poll = mode == "warm-fastpoll"
+        self.name = {"cold": "Flower deployment, cold", "warm": "Flower deployment, warm",
+                     "warm-fastpoll": "deployment, warm, 0.05s poll"}[mode]
         self.port = free_port()
         self.processes: dict[str, subprocess.Popen] = {}
         self.app = root / "app"
@@ -177,7 +179,8 @@ class Deployment:
         return home
 
     def env(self, name: str) -> dict:
-        path = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+        what_if = [str(HERE / "supernode_poll")] if self.fast_poll else []
+        path = os.pathsep.join([*what_if, str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
         return {**os.environ, "FLWR_HOME": str(self.home(name)), "PYTHONPATH": path, "OMP_NUM_THREADS": "1",
                 "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
@@ -331,8 +334,11 @@ def deployment_breakdown(r: Result, warm: float) -> list[str]:
     lines.append(
         f"  per exchange {exchange:.2f} s ~ slowest handler {per_exchange_handler:.3f} s + ClientApp process start "
         f"{spawn:.2f} s + {exchange - per_exchange_handler - spawn:.2f} s other (Flower's polling: an idle SuperNode "
-        "pulls every 3 s, " + ("the launcher looks for work every 0.1 s" if forked else
-                               "its SuperExec looks for work every 1 s") + ", replies are pushed in 0.5 s steps)")
+        + ("pulls every 0.05 s (what-if)" if "0.05s poll" in r.runtime else "pulls every 3 s") + ", "
+        + ("the launcher looks for work every 0.1 s" if forked else "its SuperExec looks for work every 0.1 s")
+        + (", replies are pushed in 0.05 s steps)" if "0.05s poll" in r.runtime else ", replies are pushed in 0.5 s "
+           "steps; a ClientApp or SuperNode that asks for a message's content before it is uploaded retries after "
+           "1 s, then 2 s)"))
     return lines
 
 
@@ -354,13 +360,17 @@ def main() -> None:
                                                                 "pain (PainCNN(32))")
     parser.add_argument("--deployments", default="cold,warm",
                         help="comma-separated: cold (Flower's new ClientApp process per message), warm (fedcare's "
-                             "warm launcher per SuperNode); empty for none")
+                             "warm launcher per SuperNode), warm-fastpoll (warm, and the SuperNodes' fixed 3 s and "
+                             "0.5 s sleeps cut to 0.05 s by supernode_poll/sitecustomize.py: a what-if, not a "
+                             "setting Flower offers); empty for none")
     parser.add_argument("--no-ray", action="store_true", help="skip Flower's Simulation Engine")
     args = parser.parse_args()
     models = args.models.split(",")
     modes = [m for m in args.deployments.split(",") if m]
-    if not set(models) <= {"tiny", "pain"} or not set(modes) <= {"cold", "warm"} or args.rounds < 1 or args.clients < 1:
-        parser.error("--models takes tiny and/or pain, --deployments cold and/or warm; --rounds and --clients at least 1")
+    if not set(models) <= {"tiny", "pain"} or not set(modes) <= {"cold", "warm", "warm-fastpoll"} or args.rounds < 1 \
+            or args.clients < 1:
+        parser.error("--models takes tiny and/or pain, --deployments cold, warm and/or warm-fastpoll; --rounds and "
+                     "--clients at least 1")
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     torch.set_num_threads(1)
     warm = warm_up()
@@ -371,7 +381,7 @@ def main() -> None:
         try:
             for mode in modes:  # all started before any run, so that every run finds the others idle
                 (Path(tmp) / mode).mkdir()
-                deployments.append(Deployment(Path(tmp) / mode, benches[0].sites, warm=mode == "warm"))
+                deployments.append(Deployment(Path(tmp) / mode, benches[0].sites, mode))
             for bench in benches:
                 results = [run_simulator(bench), *([] if args.no_ray else [run_ray(bench)]),
                            *(d.run(bench) for d in deployments)]
