@@ -53,7 +53,7 @@ class _FakeRuntimeApi:
                           AcquireTaskResponse(task=Task(task_id=2), token="token-2")]
         self.closed = False
 
-    def AcquireTask(self, request):  # noqa: N802 - Flower's method name
+    def AcquireTask(self, request):  # Flower's method name
         assert list(request.supported_task_types) == ["flwr-clientapp"]
         return self.responses.pop(0) if self.responses else AcquireTaskResponse()
 
