@@ -5,7 +5,10 @@
    whole run including Ray's start-up and shutdown;
 3. Flower's Deployment Engine on 127.0.0.1: a SuperLink and one SuperNode per client started
    with `fedcare flower superlink/supernode --insecure`, the run started with `flwr run`
-   (its wall time; the SuperLink and SuperNodes are started once beforehand, not counted).
+   (its wall time; the SuperLink and SuperNodes are started once beforehand, not counted),
+   twice: "cold", Flower's own new `flwr-clientapp` process per message (`supernode
+   --no-warm`), and "warm", each message in a process forked from one warm launcher per
+   SuperNode (`supernode --preload flower_bench_app`, fedcare's default).
 
 Flower runs `make_server_app` / `make_client_app`; the experiment (model, data, settings)
 is in benchmarks/flower_bench_app.py, which is also the deployment's Flower App. A round
@@ -16,6 +19,7 @@ and per-round seconds with ratios to the simulator, whether the final global wei
 and where the deployment's time goes.
 
     python benchmarks/flower_runtimes.py [--rounds 3] [--clients 3] [--examples 200] [--models tiny,pain]
+                                         [--deployments cold,warm]
 """
 
 from __future__ import annotations
@@ -133,8 +137,12 @@ class Deployment:
     """A SuperLink and one SuperNode per site on 127.0.0.1 (insecure: a local benchmark),
     each in its own process group with its own FLWR_HOME; `close()` stops them all."""
 
-    def __init__(self, root: Path, sites: list[str]):
+    def __init__(self, root: Path, sites: list[str], mode: str):
         self.root = root
+        warm = mode != "cold"
+        self.fast_poll = mode == "warm-fastpoll"
+        self.name = {"cold": "Flower deployment, cold", "warm": "Flower deployment, warm",
+                     "warm-fastpoll": "deployment, warm, 0.05s poll"}[mode]
         self.port = free_port()
         self.processes: dict[str, subprocess.Popen] = {}
         self.app = root / "app"
@@ -154,9 +162,12 @@ class Deployment:
                 data.mkdir(parents=True)  # unused: a factory site generates its data
                 self.start(site, ["supernode", "--insecure", "--site", site, "--data-dir", str(data),
                                   "--state-dir", str(root / "state" / site), "--superlink", f"127.0.0.1:{self.port}",
-                                  "--port", str(free_port())])
+                                  "--port", str(free_port()),
+                                  *(["--preload", "flower_bench_app"] if warm else ["--no-warm"])])
+            ready = "fedcare ClientApp launcher" if warm else "SuperNode ID"  # warm: its imports are done
             for site in sites:
-                self.wait(lambda: "SuperNode ID" in self.log(site), site, f"SuperNode {site} did not connect")
+                self.wait(lambda: "SuperNode ID" in self.log(site) and ready in self.log(site), site,
+                          f"SuperNode {site} did not connect")
         except BaseException:
             self.close()
             raise
@@ -168,7 +179,8 @@ class Deployment:
         return home
 
     def env(self, name: str) -> dict:
-        path = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+        what_if = [str(HERE / "supernode_poll")] if self.fast_poll else []
+        path = os.pathsep.join([*what_if, str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
         return {**os.environ, "FLWR_HOME": str(self.home(name)), "PYTHONPATH": path, "OMP_NUM_THREADS": "1",
                 "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
@@ -226,7 +238,7 @@ class Deployment:
         final = torch.load(out / "final.pt", weights_only=True)
         notes = {"t0": t0, "returned": t0 + whole, "status after": whole_final - whole, "server": server,
                  "clients": clients, "exchanges": 1 + 2 * bench.rounds}
-        return Result("Flower deployment (loopback)", whole, per_round(server["started"], server["rounds"]), final,
+        return Result(self.name, whole, per_round(server["started"], server["rounds"]), final,
                       notes)
 
     def close(self) -> None:
@@ -304,15 +316,29 @@ def deployment_breakdown(r: Result, warm: float) -> list[str]:
         f"({n['exchanges']} exchanges: greeting, then fit + evaluate per round; {exchange:.2f} s each)",
         f"  last round -> flwr run returned                {n['returned'] - s['rounds'][-1]:6.2f} s  "
         f"(+ {n['status after']:.2f} s until flwr ls showed the final status)",
-        f"  per ClientApp message ({len(clients)}, each in a new process, {len({c['pid'] for c in clients})} pids): "
-        f"process start -> handler {spawn:.2f} s (Python + Flower + pulling the message {python_flwr:.2f} s, "
-        f"torch + fedcare imports "
-        f"{imports:.2f} s), handler {handler:.2f} s ({by_kind}; in a new process, training includes torch.optim's "
-        f"first use, which imports torch._dynamo: {warm:.1f} s in this process)",
+    ]
+    forked = all(c["process"] and c["loaded"] < c["process"] for c in clients)  # imported before the process began
+    if forked:
+        lines.append(
+            f"  per ClientApp message ({len(clients)}, each in a process forked from the warm launcher, "
+            f"{len({c['pid'] for c in clients})} pids): fork -> handler {spawn:.2f} s (Flower's run_clientapp pulling "
+            f"the message and loading the app; imports were done once, when the SuperNode started), handler "
+            f"{handler:.2f} s ({by_kind})")
+    else:
+        lines.append(
+            f"  per ClientApp message ({len(clients)}, each in a new process, {len({c['pid'] for c in clients})} pids): "
+            f"process start -> handler {spawn:.2f} s (Python + Flower + pulling the message {python_flwr:.2f} s, "
+            f"torch + fedcare imports "
+            f"{imports:.2f} s), handler {handler:.2f} s ({by_kind}; in a new process, training includes torch.optim's "
+            f"first use, which imports torch._dynamo: {warm:.1f} s in this process)")
+    lines.append(
         f"  per exchange {exchange:.2f} s ~ slowest handler {per_exchange_handler:.3f} s + ClientApp process start "
         f"{spawn:.2f} s + {exchange - per_exchange_handler - spawn:.2f} s other (Flower's polling: an idle SuperNode "
-        "pulls every 3 s, its SuperExec looks for work every 1 s, replies are pushed in 0.5 s steps)",
-    ]
+        + ("pulls every 0.05 s (what-if)" if "0.05s poll" in r.runtime else "pulls every 3 s") + ", "
+        + ("the launcher looks for work every 0.1 s" if forked else "its SuperExec looks for work every 0.1 s")
+        + (", replies are pushed in 0.05 s steps)" if "0.05s poll" in r.runtime else ", replies are pushed in 0.5 s "
+           "steps; a ClientApp or SuperNode that asks for a message's content before it is uploaded retries after "
+           "1 s, then 2 s)"))
     return lines
 
 
@@ -332,25 +358,42 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--models", default="tiny,pain", help="comma-separated: tiny (a 51k-parameter MLP on 16x16), "
                                                                 "pain (PainCNN(32))")
+    parser.add_argument("--deployments", default="cold,warm",
+                        help="comma-separated: cold (Flower's new ClientApp process per message), warm (fedcare's "
+                             "warm launcher per SuperNode), warm-fastpoll (warm, and the SuperNodes' fixed 3 s and "
+                             "0.5 s sleeps cut to 0.05 s by supernode_poll/sitecustomize.py: a what-if, not a "
+                             "setting Flower offers); empty for none")
+    parser.add_argument("--no-ray", action="store_true", help="skip Flower's Simulation Engine")
     args = parser.parse_args()
     models = args.models.split(",")
-    if not set(models) <= {"tiny", "pain"} or args.rounds < 1 or args.clients < 1:
-        parser.error("--models takes tiny and/or pain; --rounds and --clients at least 1")
+    modes = [m for m in args.deployments.split(",") if m]
+    if not set(models) <= {"tiny", "pain"} or not set(modes) <= {"cold", "warm", "warm-fastpoll"} or args.rounds < 1 \
+            or args.clients < 1:
+        parser.error("--models takes tiny and/or pain, --deployments cold, warm and/or warm-fastpoll; --rounds and "
+                     "--clients at least 1")
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     torch.set_num_threads(1)
     warm = warm_up()
     benches = [Bench(m, args.rounds, args.clients, args.examples, args.epochs) for m in models]
     reports: list[str] = []
     with tempfile.TemporaryDirectory(prefix="flower-runtimes-") as tmp:
-        deployment = Deployment(Path(tmp), benches[0].sites)
-        try:
-            for bench in benches:
-                results = [run_simulator(bench), run_ray(bench), deployment.run(bench)]
-                reports += ["", *table(bench, results, warm)]
-        finally:
-            deployment.close()
+        results = {bench: [run_simulator(bench), *([] if args.no_ray else [run_ray(bench)])] for bench in benches}
+        started = []
+        for mode in modes:  # one deployment at a time: an idle one still polls (the what-if one every 0.05 s)
+            (Path(tmp) / mode).mkdir()
+            deployment = Deployment(Path(tmp) / mode, benches[0].sites, mode)
+            started.append(f"{deployment.name}: SuperLink + {args.clients} SuperNodes started in "
+                           f"{deployment.startup:.1f} s")
+            try:
+                for bench in benches:
+                    results[bench].append(deployment.run(bench))
+            finally:
+                deployment.close()
+        for bench in benches:
+            reports += ["", *table(bench, results[bench], warm)]
     print(f"\nsetup: {os.cpu_count()} CPU cores, torch {torch.__version__}, one thread per client; "
-          f"SuperLink + {args.clients} SuperNodes started in {deployment.startup:.1f} s (not counted); "
-          f"this process warmed up in {warm:.1f} s (not counted)")
+          f"{'; '.join(started)} (not counted); this process warmed up in {warm:.1f} s (not counted); "
+          f"load average before: {load_before}, after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\n".join(reports))
     if any("DIFFERENT" in line for line in reports):
         sys.exit("the runtimes did not end with the same global weights")

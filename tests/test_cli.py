@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 from fedcare.cli import app
 
 COMMANDS = [[], ["run"], ["demo"], ["report"], ["data"], ["data", "synth"], ["data", "synth", "pain"],
-            ["data", "summary"], ["data", "summary", "unbc"]]
+            ["data", "summary"], ["data", "summary", "unbc"], ["flower"], ["flower", "supernode"],
+            ["flower", "clientapps"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "fedcare")

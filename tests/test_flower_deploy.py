@@ -59,6 +59,11 @@ def test_fedavg_and_pfdl_across_three_sites_equal_the_simulator(deployment, pain
     # each site kept its private state on its own disk (PFDL's dense layers)
     for site in SITES:
         assert list((deployment.root / "state" / site).glob("run-*/client-*.pt")), site
+    # every message was answered in a process forked from the site's warm launcher, none by
+    # Flower's flwr-clientapp (which logs its start into the SuperNode's output)
+    for site in SITES:
+        log = deployment.log(site)
+        assert "fedcare ClientApp launcher" in log and "Start `flwr-clientapp` process" not in log, site
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:

@@ -4,13 +4,15 @@
   `fedcare flower superlink` (Flower's SuperLink with TLS, SuperNode authentication and no
   run-time dependency installation, which fails offline);
 - site: `fedcare flower supernode` (a SuperNode told which site it is, where its data and
-  its state live);
+  its state live, with `fedcare flower clientapps`, the warm launcher that answers its
+  messages in processes forked from one that imported Flower, torch and the app once);
 - researcher: `fedcare flower run` (validates the experiment, starts it with `flwr run`,
   waits for it, and fails loudly unless it completed: `flwr run` itself exits 0 even when
   the run failed).
 
 The superlink and supernode commands check their inputs, then replace themselves with
-Flower's own command (shown with --dry-run), so signals (Ctrl-C, SIGTERM) reach Flower.
+Flower's own command (shown with --dry-run), so signals (Ctrl-C, SIGTERM) reach Flower; the
+supernode command first starts the warm launcher, which ends with the SuperNode.
 """
 
 from __future__ import annotations
@@ -44,14 +46,20 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _exec(cmd: list[str], dry_run: bool) -> None:
+# Flower's SuperExec (started by the SuperLink, and by a SuperNode without the warm launcher)
+# looks for work every second by default; this environment variable is Flower's own setting.
+SUPEREXEC_POLL = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
+
+
+def _exec(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> None:
+    env = {k: v for k, v in (env or {}).items() if k not in os.environ}  # the user's own setting wins
     if dry_run:
-        print(" ".join(_quote(c) for c in cmd))
+        print(" ".join([*(f"{k}={_quote(v)}" for k, v in env.items()), *(_quote(c) for c in cmd)]))
         return
     if shutil.which(cmd[0]) is None:
         _fail(f"{cmd[0]} not found: install fedcare (it brings flwr) on this machine")
     sys.stdout.flush()
-    os.execvp(cmd[0], cmd)
+    os.execvpe(cmd[0], cmd, {**os.environ, **env})
 
 
 def _quote(s: str) -> str:
@@ -119,7 +127,7 @@ def superlink(
             _fail(f"{certs_dir}: missing {', '.join(missing)} (make them with `fedcare flower certs`)")
         cmd += ["--ssl-ca-certfile", str(certs_dir / "ca.crt"), "--ssl-certfile", str(certs_dir / "server.pem"),
                 "--ssl-keyfile", str(certs_dir / "server.key"), "--enable-supernode-auth"]
-    _exec(cmd, dry_run)
+    _exec(cmd, dry_run, SUPEREXEC_POLL)
 
 
 @flower_app.command()
@@ -132,6 +140,11 @@ def supernode(
     auth_key: Annotated[Optional[Path], typer.Option(help="This site's private authentication key (keys/<site>).")] = None,
     port: Annotated[int, typer.Option(help="Local port of the SuperNode's ClientApp API (one per SuperNode on a machine).")] = 9094,
     insecure: Annotated[bool, typer.Option(help="No TLS and no authentication: a local trial only.")] = False,
+    warm: Annotated[bool, typer.Option(help="Answer each message in a process forked from one warm fedcare process "
+                                            "(`fedcare flower clientapps`: imports paid once); --no-warm: Flower's own "
+                                            "new flwr-clientapp process per message.")] = True,
+    preload: Annotated[list[str], typer.Option(help="With --warm: a module the warm process imports at start "
+                                                    "(repeatable; default the ClientApp of `fedcare flower run`).")] = [],
     dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
 ) -> None:
     """Site: start a Flower SuperNode for this site."""
@@ -149,7 +162,41 @@ def supernode(
             if path is None or not path.is_file():
                 _fail(f"{option}: {'not given' if path is None else f'{path}: no such file'} (or --insecure for a local trial)")
         cmd += ["--root-certificates", str(root_certificates), "--auth-supernode-private-key", str(auth_key)]
+    if not warm:
+        _exec(cmd, dry_run, SUPEREXEC_POLL)
+        return
+    # Flower starts no SuperExec with --isolation process: the warm launcher takes the tasks.
+    # It is started first, then this process becomes the SuperNode (same pid), which the
+    # launcher watches: it ends with the SuperNode.
+    cmd += ["--isolation", "process"]
+    launcher = [sys.executable, "-m", "fedcare.cli", "flower", "clientapps", "--runtime-api", f"127.0.0.1:{port}",
+                "--parent-pid", str(os.getpid())]
+    for module in preload:
+        launcher += ["--preload", module]
+    if dry_run:
+        print(" ".join(_quote(c) for c in launcher) + " &")
+    else:
+        if shutil.which(cmd[0]) is None:
+            _fail(f"{cmd[0]} not found: install fedcare (it brings flwr) on this machine")
+        subprocess.Popen(launcher)
     _exec(cmd, dry_run)
+
+
+@flower_app.command()
+def clientapps(
+    runtime_api: Annotated[str, typer.Option(help="HOST:PORT of the SuperNode's local Runtime API (its --port).")] = "127.0.0.1:9094",
+    preload: Annotated[list[str], typer.Option(help="A module to import once at start (repeatable; default the "
+                                                    "ClientApp of `fedcare flower run`).")] = [],
+    parent_pid: Annotated[Optional[int], typer.Option(help="Exit when this process (the SuperNode) ends.")] = None,
+    poll_interval: Annotated[float, typer.Option(help="Seconds between two looks for a new message (Flower's SuperExec: 1 s).")] = 0.1,
+) -> None:
+    """Site: answer a SuperNode's messages from one warm process (started by `fedcare flower
+    supernode`; run it yourself only next to a `flower-supernode --isolation process`)."""
+    from fedcare.runtime.flower.warm import DEFAULT_PRELOAD, serve
+
+    if not 0.01 <= poll_interval <= 60:
+        _fail("--poll-interval: between 0.01 and 60 seconds")
+    serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval)
 
 
 def app_dir() -> Path:
