@@ -97,6 +97,45 @@ def patch_everywhere(module_prefix: str, original, replacement) -> int:
     return hits
 
 
+# The real archive's groups (reference/pain-tobis-thesis.md, derived from Table 3.1): frames and pain share.
+GROUP1_FRAMES, GROUP1_PAIN = 25_744, 0.201
+GROUP2_FRAMES = 19_545
+CLIENTS, T, EPOCHS, SESSIONS = 12, 200, 5, 9
+
+
+def full_seed_estimate(step: float, image: float) -> str:
+    """Hours one seed of tobis2020.toml would take at these costs (seconds per training
+    image-step and per evaluated image), if every phase stopped after 6 rounds (the fewest
+    early stopping with patience 5 allows) or ran all 30."""
+    pre_items = 2 * 4 * GROUP1_FRAMES * GROUP1_PAIN  # every positive item and as many negatives
+    pre_train, pre_val = 0.8 * pre_items, 0.2 * pre_items
+    group2_images = 4 * GROUP2_FRAMES
+    val_round = group2_images / SESSIONS * image  # a session's frames of the 12 subjects
+    fed_round = CLIENTS * 2 * T * EPOCHS * step
+    per_round = {  # seconds of one round of a Group 2 session, validation included
+        "C (centralized; a round is an epoch on the pooled sets)": CLIENTS * 2 * T * step + val_round,
+        "F, FL (5 local epochs on every client)": fed_round + val_round,
+        "FP (and 5 epochs fine-tuning the heads: forward passes)": fed_round + CLIENTS * 2 * T * EPOCHS * image
+                                                                   + val_round,
+    }
+    methods = {"C (centralized; a round is an epoch on the pooled sets)": 2,  # C(N), C(C)
+               "F, FL (5 local epochs on every client)": 6, "FP (and 5 epochs fine-tuning the heads: forward passes)": 3}
+    rows = [("central pretraining (BC and the (C) inits)", pre_train * step + pre_val * image),
+            ("federated pretraining (BF and the (F) inits)", EPOCHS * pre_train * step + pre_val * image)]
+    rows += [(f"{k}: {n} methods x {SESSIONS} sessions", n * SESSIONS * v) for k, v in per_round.items()
+             for n in [methods[k]]]
+    test = 14 * group2_images * image
+    lines = ["one seed of configs/pain/tobis2020.toml at these costs (hours; 6 or 30 rounds per phase):",
+             "| part | 6 rounds | 30 rounds |", "|---|---:|---:|"]
+    low = high = test
+    for name, seconds in rows:
+        lines.append(f"| {name} | {6 * seconds / 3600:.1f} | {30 * seconds / 3600:.1f} |")
+        low, high = low + 6 * seconds, high + 30 * seconds
+    lines.append(f"| testing 14 methods on sessions 1-9 | {test / 3600:.1f} | {test / 3600:.1f} |")
+    lines.append(f"| one seed | {low / 3600:.0f} | {high / 3600:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, help="a UNBC-McMaster-layout copy (default: generate one into --out)")
@@ -188,10 +227,7 @@ def main() -> None:
     gib = 2**30
     print(f"\nmemory: peak RSS {peak_rss / gib:.2f} GiB; sampled peaks: anonymous {sampler.peak['RssAnon'] / gib:.2f} GiB, "
           f"file-backed {sampler.peak['RssFile'] / gib:.2f} GiB")
-    # a full-length federated round at T = 200: 12 clients x 400 items x 5 local epochs
-    fed_round = 12 * 400 * 5 * (per_step + per_variant)
-    print(f"\nestimate from these costs: one federated round (12 clients x 400 images x 5 epochs) "
-          f"{fed_round / 60:.1f} min of training")
+    print("\n" + full_seed_estimate(per_step + per_variant, per_eval + per_variant))
     print(json.dumps({"frames": frames, "seconds": {p: round(clock.seconds[p], 2) for p in phases} | {"other": round(other, 2)},
                       "total": round(total, 2), "train_image_steps": train_images, "eval_images": eval_images,
                       "peak_rss": peak_rss, "peak_anon": sampler.peak["RssAnon"], "peak_file": sampler.peak["RssFile"]}))
