@@ -23,6 +23,7 @@ from fedcare.runtime.vectorised import VectorisedClients
 from fedcare.studies.pain.cohort import Session
 from fedcare.tasks import BINARY, MULTICLASS
 
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     # after conftest's two threads: these tiny models train fastest on one (and are compared with a tolerance)
