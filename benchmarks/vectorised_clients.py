@@ -3,14 +3,18 @@
 of medians (sequential time / vectorised time: above 1, vectorised is faster) and the largest
 difference between the two runs' global models.
 
-Two workloads of the 1,000-client regime (issue 13's targets: at least 3x on 2 cores):
+Workloads of the 1,000-client regime (issue 13's targets: at least 3x on 2 cores):
 - "har": FedAvg rounds of FedHealth 2's HAR CNN (BatchNorm included) on synthetic windows;
 - "pfdl-heads": PFDL's fine-tuning of each client's private dense layers after aggregation
   (the shared conv blocks frozen), on the pain CNN at small images: the per-patient heads;
+  many at a time, each client's frozen features are computed once (PainCNN.forward_head);
+- "pfdl-heads-every-batch": the same, many at a time without that (the frozen conv blocks run
+  forward for every batch of every epoch, as one after another does);
 - "dense-heads": the same dense layers (the pain CNN's classifier: 512 -> 128, BatchNorm,
   -> 1) trained locally on features computed once, i.e. per-patient heads without the conv.
 
     python benchmarks/vectorised_clients.py [--clients 100] [--examples 16] [--epochs 5] [--repeats 3] [--threads 2] [--chunk 100]
+        [--workloads har pfdl-heads ...]
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ def workloads(k: int, n: int, epochs: int):
         "har": (lambda: HarCNN(window=100), fedavg(har), har_clients(k, n), "one FedAvg round"),
         "pfdl-heads": (lambda: PainCNN(image_size=32), pfdl(heads, finetune_epochs=epochs), pain_clients(k, n),
                        "PFDL's head fine-tuning after one aggregation"),
+        "pfdl-heads-every-batch": (lambda: PainCNN(image_size=32), pfdl(heads, finetune_epochs=epochs),
+                                   pain_clients(k, n), "PFDL's head fine-tuning after one aggregation"),
         "dense-heads": (DenseHead, local(heads), feature_clients(k, n), "one round of local training"),
     }
 
@@ -77,9 +83,11 @@ def timed(name, make_model, algorithm, data, runtime, chunk) -> tuple[float, Fed
     model = make_model()
     kw = {"chunk": chunk} if runtime is VectorisedClients else {}
     fed = Federation(model, algorithm, 0, clients=runtime(model, algorithm.client, 0, **kw))
+    if name == "pfdl-heads-every-batch" and runtime is VectorisedClients:
+        fed.clients.head = None  # the whole model under vmap, its frozen blocks run for every batch
     work = fed.work(data)
     start = time.perf_counter()
-    if name == "pfdl-heads":  # only the private heads' fine-tuning
+    if name.startswith("pfdl-heads"):  # only the private heads' fine-tuning
         fed.clients.after_aggregation("train", 1, work)
     else:
         fed.run_round("train", 1, data)
@@ -94,6 +102,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="alternating timings per runtime")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (CI machines have 2 cores)")
     parser.add_argument("--chunk", type=int, default=100, help="clients per batched step")
+    parser.add_argument("--workloads", nargs="+", default=None, help="which workloads (default all)",
+                        choices=["har", "pfdl-heads", "pfdl-heads-every-batch", "dense-heads"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"{args.clients} clients x {args.examples} examples, {args.epochs} epochs of batches of 16, "
@@ -101,6 +111,8 @@ def main() -> None:
     print("| workload | unit | sequential s | vectorised s | ratio | max difference |")
     print("|---|---|---:|---:|---:|---:|")
     for name, (make_model, algorithm, data, unit) in workloads(args.clients, args.examples, args.epochs).items():
+        if args.workloads and name not in args.workloads:
+            continue
         times = {LocalClients: [], VectorisedClients: []}
         timed(name, make_model, algorithm, data, VectorisedClients, args.chunk)  # warm-up: torch.func's first call
         feds = {}
@@ -110,7 +122,7 @@ def main() -> None:
                 times[runtime].append(seconds)
         seq, vec = statistics.median(times[LocalClients]), statistics.median(times[VectorisedClients])
         a, b = feds[LocalClients], feds[VectorisedClients]
-        if name != "pfdl-heads" and a.global_message.tensors:
+        if not name.startswith("pfdl-heads") and a.global_message.tensors:
             diff = max(float((a.global_message.tensors[k].double() - b.global_message.tensors[k].double()).abs().max())
                        for k in a.global_message.tensors)
         else:

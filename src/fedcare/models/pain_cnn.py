@@ -22,7 +22,8 @@ def _conv_block(c_in: int, c_out: int) -> nn.Sequential:
 
 
 class PainCNN(nn.Module):
-    """`features` holds the conv blocks (shared under PFDL), `classifier` the dense layers."""
+    """`features` holds the conv blocks (shared under PFDL), `classifier` the dense layers
+    (`forward_head`)."""
 
     def __init__(self, image_size: int = 215):
         super().__init__()
@@ -45,7 +46,13 @@ class PainCNN(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x)).squeeze(1)
+        return self.forward_head(self.features(x))
+
+    def forward_head(self, z: torch.Tensor) -> torch.Tensor:
+        """The layers after `features` (timm's name): forward(x) is forward_head(features(x)), so
+        PFDL's fine-tuning of the private head can run on features computed once
+        (`fedcare.runtime.vectorised`)."""
+        return self.classifier(z).squeeze(1)
 
 
 def glorot_init(model: nn.Module, generator: torch.Generator) -> None:

@@ -6,21 +6,64 @@ bit, so no study uses it by default.
 
 A client half it cannot batch (its own `fit`, settings `vectorisable` refuses, a model with
 dropout) runs one client after another, as in `LocalClients`.
+
+PFDL's fine-tuning runs the frozen shared blocks forward on every batch of every epoch; when
+the model declares how its forward splits (`forward(x) = forward_head(features(x))`, e.g.
+`PainCNN`) and PFDL's shared part is exactly `features`, each client's features are computed
+once per fine-tuning instead (frozen blocks in inference mode: an example's features do not
+depend on its batch) and only the head trains on them, many clients at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import torch
 from torch import nn
 
 from fedcare.algorithms.base import ClientHalf, ClientId
 from fedcare.algorithms.messages import Message
 from fedcare.algorithms.pfdl import PFDLClient
 from fedcare.algorithms.split import load_tensors
-from fedcare.algorithms.training import Randomness
+from fedcare.algorithms.training import ClientData, Randomness, as_float
 from fedcare.algorithms.vectorised import train_stacked, vectorisable
 from fedcare.runtime.clients import DataResolver, LocalClients, Work
+
+
+class _Head(nn.Module):
+    """`model.forward_head` as a module of its own: the model's children but `features`, the
+    same module objects under the same names, so `train_stacked` (`functional_call`) trains them."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        for name, child in model.named_children():
+            if name != "features":
+                self.add_module(name, child)
+        self.forward = model.forward_head  # reads the children above, swapped in by functional_call
+
+
+def head_of(model: nn.Module, shared_keys: set[str]) -> _Head | None:
+    """The layers after `model.features` as a module, when the model declares its forward as
+    `forward_head(features(x))` and `shared_keys` (the frozen part) are exactly the features'
+    tensors and the head holds all the others; else None."""
+    features = getattr(model, "features", None)
+    if not isinstance(features, nn.Module) or not callable(getattr(type(model), "forward_head", None)):
+        return None
+    if shared_keys != {f"features.{k}" for k in features.state_dict()}:
+        return None
+    head = _Head(model)
+    if shared_keys | {k for k in head.state_dict()} != set(model.state_dict()):
+        return None  # tensors of the model's own (not in a child): forward_head may not cover them
+    return head
+
+
+@torch.no_grad()
+def features_of(features: nn.Module, data: list[ClientData], batch_size: int = 512) -> list[ClientData]:
+    """Each client's examples through the frozen `features` (in inference mode), in batches
+    across clients; the labels kept."""
+    everyone = ClientData.concat(data)
+    z = torch.cat([features(as_float(everyone.x[i:i + batch_size])) for i in range(0, len(everyone), batch_size)])
+    return [ClientData(part, d.y) for part, d in zip(z.split([len(d) for d in data]), data)]
 
 
 class VectorisedClients(LocalClients):
@@ -31,6 +74,8 @@ class VectorisedClients(LocalClients):
         self.why_not = vectorisable(half.settings, model)  # None: batched
         if self.why_not is None and type(half).fit is not ClientHalf.fit:
             self.why_not = f"{type(half).__name__} trains by its own fit"
+        # PFDL's head fine-tuned on features computed once (None: the whole model, frozen blocks run every batch)
+        self.head = head_of(model, set(half.split.shared_keys(model))) if type(half) is PFDLClient else None
 
     def _chunks(self, work: Work) -> Iterator[list[tuple[ClientId, Message, object]]]:
         items = [(c, m, d) for c, (m, d) in sorted(work.items())]
@@ -66,9 +111,16 @@ class VectorisedClients(LocalClients):
             data = [self.data(c, d) for c, _, d in chunk]
             generators = [Randomness(self.seed, phase, c, rnd).torch("finetune-order") for c, _, _ in chunk]
             with half.frozen_shared(self.model) as private:  # the shared blocks: the global message's, alike for all
-                trained, _ = train_stacked(self.model, starts, data, half.settings, generators,
-                                           epochs=half.finetune_epochs, lr=half.finetune_lr, trainable=private,
-                                           common=set(half.split.shared_keys(self.model)))
+                common = set(half.split.shared_keys(self.model))
+                if self.head is not None and not any(m.training for m in self.model.features.modules()):
+                    # the head alone, on each example's features (the same in every batch and epoch)
+                    trained, _ = train_stacked(self.head, [{k: s[k] for k in s if k not in common} for s in starts],
+                                               features_of(self.model.features, data), half.settings, generators,
+                                               epochs=half.finetune_epochs, lr=half.finetune_lr, trainable=private)
+                else:
+                    trained, _ = train_stacked(self.model, starts, data, half.settings, generators,
+                                               epochs=half.finetune_epochs, lr=half.finetune_lr, trainable=private,
+                                               common=common)
             for (c, _, _), state in zip(chunk, trained):
                 load_tensors(self.model, state)
                 self.runner(c).state = half.split.private_tensors(self.model)
