@@ -7,6 +7,7 @@ import os
 import tracemalloc
 
 import numpy as np
+import torch
 import pytest
 
 from fedcare.data.transforms import four_variants, precrop_size, preprocess
@@ -108,3 +109,14 @@ def test_evaluation_batches_shrink_with_the_image_size_and_keep_the_demos():
     config = PainExperiment.model_validate({"methods": ["F(N)"], "data": {"synthetic": {}},
                                             "protocol": {"image_size": 215}})
     assert make_algorithm("fedavg", config).client.settings.eval_batch_size == 45
+
+
+def test_pooled_items_stay_items_and_give_the_same_images(pain_cohort):
+    from fedcare.algorithms.training import ClientData
+    from fedcare.studies.pain.cohort import FrameItems
+
+    cohort = _cohort(load_unbc(pain_cohort))
+    parts = [cohort.sessions[k][1].as_client_data() for k in (43, 80)]
+    pooled = ClientData.concat(parts)  # centralized training pools the clients' sets
+    assert isinstance(pooled.x, FrameItems) and len(pooled) == sum(len(p) for p in parts)
+    assert pooled.x[:].equal(torch.cat([p.x[:] for p in parts]))

@@ -33,8 +33,9 @@ LossFactory = Callable[["ClientData"], BatchLoss]
 class ClientData:
     """One client's examples: inputs (uint8 images are scaled to [0, 1] per batch) and labels.
 
-    `x` is a tensor, or an object that indexes like one and has `len`, `shape`, `dtype` and a
-    static `concat(parts)` (the pain study's `FrameItems` cut each image when a batch asks)."""
+    `x` is a tensor, or an object that indexes like one, has `len`, `shape` and `dtype`, and
+    answers `torch.cat` (`__torch_function__`): the surgical study's `FrameStack` reads frames
+    from memory maps and the pain study's `FrameItems` cuts images when a batch asks."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -49,9 +50,7 @@ class ClientData:
     @staticmethod
     def concat(parts: Iterable["ClientData"]) -> "ClientData":
         parts = list(parts)
-        xs = [p.x for p in parts]
-        x = torch.cat(xs) if all(isinstance(v, torch.Tensor) for v in xs) else type(xs[0]).concat(xs)
-        return ClientData(x, torch.cat([p.y for p in parts]))
+        return ClientData(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))
 
 
 def as_float(x: torch.Tensor) -> torch.Tensor:

@@ -88,14 +88,18 @@ class FrameItems:
             out[i, 0] = self.sessions[s].item(f, v)
         return torch.from_numpy(out[0] if single else out)
 
-    @staticmethod
-    def concat(parts: list["FrameItems"]) -> "FrameItems":
-        sessions: list[Session] = []
-        rows = []
-        for part in parts:
-            rows.append(part.rows + np.array([len(sessions), 0, 0]))
-            sessions.extend(part.sessions)
-        return FrameItems(sessions, np.concatenate(rows) if rows else np.zeros((0, 3), np.int64))
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """`torch.cat` of items is items (pooled data for centralized training), as for the
+        surgical study's `FrameStack`."""
+        if func is torch.cat and not kwargs and all(isinstance(p, FrameItems) for p in args[0]):
+            sessions: list[Session] = []
+            rows = []
+            for part in args[0]:
+                rows.append(part.rows + np.array([len(sessions), 0, 0]))
+                sessions.extend(part.sessions)
+            return FrameItems(sessions, np.concatenate(rows) if rows else np.zeros((0, 3), np.int64))
+        return NotImplemented
 
 
 @dataclass
