@@ -62,7 +62,7 @@ class FrameItems:
     """The images of (session, frame, variant) items, a `ClientData.x` that cuts each variant
     from its session's stored frame when indexed: `items[idx]` is a (len, 1, S, S) uint8
     tensor, as the rows of a stacked tensor would be. `sessions` are the sessions the rows'
-    first column indexes (one subject's, or several subjects' after `concat`)."""
+    first column indexes (one subject's, or several subjects' after `torch.cat`)."""
 
     dtype = torch.uint8
 
