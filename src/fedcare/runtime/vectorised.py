@@ -58,9 +58,10 @@ def head_of(model: nn.Module, shared_keys: set[str]) -> _Head | None:
 
 
 @torch.no_grad()
-def features_of(features: nn.Module, data: list[ClientData], batch_size: int = 512) -> list[ClientData]:
-    """Each client's examples through the frozen `features` (in inference mode), in batches
-    across clients; the labels kept."""
+def features_of(features: nn.Module, data: list[ClientData], batch_size: int) -> list[ClientData]:
+    """Each client's examples through the frozen `features` (in inference mode), in batches of
+    `batch_size` across clients (the settings' evaluation batch: it bounds the activations'
+    memory); the labels kept."""
     everyone = ClientData.concat(data)
     z = torch.cat([features(as_float(everyone.x[i:i + batch_size])) for i in range(0, len(everyone), batch_size)])
     return [ClientData(part, d.y) for part, d in zip(z.split([len(d) for d in data]), data)]
@@ -115,7 +116,8 @@ class VectorisedClients(LocalClients):
                 if self.head is not None and not any(m.training for m in self.model.features.modules()):
                     # the head alone, on each example's features (the same in every batch and epoch)
                     trained, _ = train_stacked(self.head, [{k: s[k] for k in s if k not in common} for s in starts],
-                                               features_of(self.model.features, data), half.settings, generators,
+                                               features_of(self.model.features, data, half.settings.eval_batch_size),
+                                               half.settings, generators,
                                                epochs=half.finetune_epochs, lr=half.finetune_lr, trainable=private)
                 else:
                     trained, _ = train_stacked(self.model, starts, data, half.settings, generators,
