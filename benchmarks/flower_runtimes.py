@@ -352,10 +352,10 @@ def _exchanges(clients: list[dict]) -> list[list[dict]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--clients", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="FedAvg rounds per runtime")
+    parser.add_argument("--clients", type=int, default=3, help="clients (sites when deployed)")
     parser.add_argument("--examples", type=int, default=200, help="training examples per client")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=1, help="local epochs per round")
     parser.add_argument("--models", default="tiny,pain", help="comma-separated: tiny (a 51k-parameter MLP on 16x16), "
                                                                 "pain (PainCNN(32))")
     parser.add_argument("--deployments", default="cold,warm",
