@@ -4,6 +4,16 @@ import pytest
 import torch
 
 
+# pytest-xdist (`-n 2 --dist loadfile`, pyproject.toml) hands test files to its workers in
+# collection order. The Flower deployment tests take about 7 minutes, most of it waiting on
+# Flower's polls: collected first, they start at once and the other worker runs the rest meanwhile.
+FIRST_FILES = ("test_flower_deploy.py",)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in FIRST_FILES)  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True)
 def _two_threads():
     # The suite runs on 2-core CI machines; a fixed thread count also keeps float sums stable.
