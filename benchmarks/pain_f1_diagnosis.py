@@ -89,7 +89,7 @@ def within(groups: np.ndarray, scores: np.ndarray, negative: np.ndarray, positiv
     return float(np.average(aucs, weights=weights)) if aucs else float("nan")
 
 
-def visibility(config, cohort, seed: int) -> None:
+def visibility(config, cohort, seed: int, records: list[dict]) -> None:
     """BC's model, pretrained exactly as the protocol does (`PainProtocol.pretrain`), then scored."""
     p, t = config.protocol, config.train
     train, val = pretraining_sets(cohort, p.pretrain_subjects, p.pretrain_val_fraction, numpy_rng(seed, "pretrain-split"))
@@ -112,7 +112,11 @@ def visibility(config, cohort, seed: int) -> None:
             sequence.append(np.full(len(session.pspi), k * 1000 + s))
     scores, pspi, subject, sequence = map(np.concatenate, (scores, pspi, subject, sequence))
     negative = pspi == 0
-    print(f"\nA PainCNN trained as BC is ({p.image_size} px, best held-out loss {best:.4f}); test subjects' frames:")
+    recorded = [r["best_val_loss"] for r in records if r["type"] == "phase" and r["method"] == "pretrain C"
+                and r["seed"] == seed]
+    same = f"; the run's: {recorded[0]:.4f}" if recorded else ""
+    print(f"\nBC's model, pretrained again as the run did ({p.image_size} px, best held-out loss {best:.4f}{same}); "
+          f"test subjects' frames:")
     print(f"  PSPI 0: {negative.sum()} frames, {100 * (scores[negative] >= 0.5).mean():.0f}% called pain")
     print(f"  {'PSPI':<6} {'frames':>6} {'called pain':>11}   ROC-AUC against PSPI 0: {'pooled':>6} {'subject':>8} {'sequence':>9}")
     for level in (1, 2, 3, 4):
@@ -152,7 +156,7 @@ def main() -> None:
     records = [json.loads(line) for line in (args.run / "metrics.jsonl").read_text().splitlines()]
     reachable_f1(args.run, cohort, records)
     if args.visibility:
-        visibility(config, cohort, config.seeds[0])
+        visibility(config, cohort, config.seeds[0], records)
 
 
 if __name__ == "__main__":
