@@ -7,13 +7,14 @@ Two parts, both on the run's own test records (a Group 2 subject's session with 
   nothing else, next to each method's F1 from the run's `metrics.jsonl`, and the records' PSPI
   histogram. It says how much of the pain must be found, and at which levels, to beat
   calling everything pain.
-* **How visible each PSPI level is** (`--visibility`): BC's model, pretrained on the pooled
-  pretraining subjects exactly as the run's protocol does (its best held-out loss is printed:
-  it equals the run's `pretrain C` phase record), then the ROC-AUC of PSPI k frames against PSPI 0 frames of the test subjects, pooled,
-  within a subject, and within a sequence. A level the model separates within a sequence but
+* **How visible each PSPI level is** (`--visibility`): BC's model, pretrained again by the
+  run's own protocol (`PainProtocol.pretrain`) with the run's thread count (its best held-out
+  loss is printed beside the run's `pretrain C` record: they are equal), then the ROC-AUC of
+  PSPI k frames against PSPI 0 frames of the test subjects, pooled, within a subject, and
+  within a sequence. A level the model separates within a sequence but
   not within a subject is visible, but swamped by how sequences differ.
 
-    python benchmarks/pain_f1_diagnosis.py RUN_DIR [--visibility] [--image-size N]
+    python benchmarks/pain_f1_diagnosis.py RUN_DIR [--visibility] [--image-size N --data DIR]
 
 RUN_DIR is a finished pain run (`fedcare demo`, `fedcare run`): its `config.toml`,
 `metrics.jsonl` and data (`synthetic-data/` or `data.root`) are read. Numbers are in the
@@ -25,27 +26,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import f1_score, roc_auc_score
 
 from fedcare.algorithms.training import ClientData, predict
 from fedcare.config import load_config
-from fedcare.models.pain_cnn import PainCNN, glorot_init
-from fedcare.runtime.local import LocalRuntime
-from fedcare.seeding import numpy_rng, torch_generator
-from fedcare.studies.pain.methods import make_algorithm
-from fedcare.studies.pain.cohort import VARIANTS_PER_FRAME, pretraining_sets, read_cohort
+from fedcare.studies import registry
+from fedcare.studies.pain.cohort import VARIANTS_PER_FRAME
+from fedcare.studies.rundir import set_threads
 from fedcare.tasks import BINARY
 
 
 def weighted_f1(predicted: list[np.ndarray], truth: list[np.ndarray], weights: list[int]) -> float:
-    scores = []
-    for p, y in zip(predicted, truth):
-        tp = int((p & y).sum())
-        scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + int((p & ~y).sum()) + int((~p & y).sum())))
+    """Per-record F1 (0 for a record without a true positive), averaged with `weights`, in percent."""
+    scores = [f1_score(y, p, zero_division=0) for p, y in zip(predicted, truth)]
     return 100 * float(np.average(scores, weights=weights))
 
 
@@ -89,18 +86,14 @@ def within(groups: np.ndarray, scores: np.ndarray, negative: np.ndarray, positiv
     return float(np.average(aucs, weights=weights)) if aucs else float("nan")
 
 
-def visibility(config, cohort, seed: int, records: list[dict]) -> None:
-    """BC's model, pretrained exactly as the protocol does (`PainProtocol.pretrain`), then scored."""
-    p, t = config.protocol, config.train
-    train, val = pretraining_sets(cohort, p.pretrain_subjects, p.pretrain_val_fraction, numpy_rng(seed, "pretrain-split"))
-    model = PainCNN(p.image_size)
-    glorot_init(model, torch_generator(seed, "init"))
-    runtime = LocalRuntime({}, lambda name: make_algorithm(name, config), synthetic=cohort.synthetic, local_data=cohort)
-    federation = runtime.federation(model, "centralized", seed)
-    result = federation.train_phase("pretrain-central", train, val, max_rounds=t.pretrain_max_rounds,
-                                    patience=t.pretrain_patience)
-    model.load_state_dict(federation.global_message.clone().tensors)
-    best = result.best_val_loss
+def visibility(study, runtime, records: list[dict]) -> None:
+    """BC's model: the run's protocol pretrains it again (`PainProtocol.pretrain`), then it scores
+    the test subjects' frames."""
+    p, seed, cohort = study.config.protocol, study.config.seeds[0], runtime.local_data
+    written: list[dict] = []
+    protocol = study.protocol(runtime, written.append, None)
+    model = protocol.new_model(protocol.pretrain(seed, "C", protocol.new_model(seed=seed).state_dict()))
+    best = next(r["best_val_loss"] for r in written if r["type"] == "phase")
     scores, pspi, subject, sequence = [], [], [], []
     for k in p.subjects:
         for s, session in enumerate(cohort.sessions[k]):
@@ -113,7 +106,7 @@ def visibility(config, cohort, seed: int, records: list[dict]) -> None:
     scores, pspi, subject, sequence = map(np.concatenate, (scores, pspi, subject, sequence))
     negative = pspi == 0
     recorded = [r["best_val_loss"] for r in records if r["type"] == "phase" and r["method"] == "pretrain C"
-                and r["seed"] == seed]
+                and r["seed"] == seed]  # the run's own
     same = f"; the run's: {recorded[0]:.4f}" if recorded else ""
     print(f"\nBC's model, pretrained again as the run did ({p.image_size} px, best held-out loss {best:.4f}{same}); "
           f"test subjects' frames:")
@@ -134,30 +127,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a finished pain run's directory (config.toml, metrics.jsonl)")
     parser.add_argument("--visibility", action="store_true",
-                        help="also train a BC-like model and print how well it separates each PSPI level")
+                        help="also pretrain BC's model again, as the run did, and print how well it separates each PSPI level")
     parser.add_argument("--image-size", type=int, default=None,
                         help="network input size for --visibility (default: the run's protocol.image_size)")
     parser.add_argument("--data", type=Path, default=None,
                         help="the cohort to read (default: the run's synthetic-data/ or data.root); for "
                              "--visibility at another size, the same cohort generated at that size")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     args = parser.parse_args()
     for name in ("config.toml", "metrics.jsonl"):
         if not (args.run / name).is_file():
             sys.exit(f"{args.run}: no {name}: not a finished fedcare run")
-    torch.set_num_threads(args.threads)
     overrides = [f"protocol.image_size={args.image_size}"] if args.image_size else []
     config = load_config(args.run / "config.toml", overrides=overrides)
     if config.study != "pain":
         sys.exit(f"{args.run}: a {config.study} run; this diagnosis is for the pain study")
     data = args.data or (args.run / "synthetic-data" if (args.run / "synthetic-data").is_dir() else Path(config.data.root))
-    p = config.protocol
-    cohort = read_cohort(config, data, sorted(set(p.pretrain_subjects) | set(p.subjects)))
+    config = config.model_copy(update={"data": config.data.model_copy(update={"root": data, "synthetic": None})})
     records = [json.loads(line) for line in (args.run / "metrics.jsonl").read_text().splitlines()]
-    reachable_f1(args.run, cohort, records)
-    if args.visibility:
-        visibility(config, cohort, config.seeds[0], records)
-
+    set_threads(config)  # the run's thread count: float sums, and so the retrained model, depend on it
+    study = registry.study_for(config)
+    with tempfile.TemporaryDirectory() as workdir:  # the frame store (an unlinked file) goes here
+        runtime = study.local_runtime(Path(workdir), None)
+        reachable_f1(args.run, runtime.local_data, records)
+        if args.visibility:
+            visibility(study, runtime, records)
 
 if __name__ == "__main__":
     main()

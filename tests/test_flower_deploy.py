@@ -115,7 +115,8 @@ def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, pain_cohor
     assert researcher.returncode == 0, output
     # the session-1 tests and round 1 of session 1 ran before the kill: the simulator's records
     before_kill = records(out, "client_eval", "round")[:len(SITES) + 1]
-    assert [(r["type"], r.get("session"), r.get("round")) for r in before_kill] == [("client_eval", 1, None)] * len(SITES) + [("round", None, 1)]
+    kinds = [(r["type"], r.get("session"), r.get("round")) for r in before_kill]
+    assert kinds == [("client_eval", 1, None)] * len(SITES) + [("round", None, 1)]
     assert before_kill == [r for r in pain_reference if r["method"] == "F(N)"][:len(SITES) + 1]
     info = json.loads((out / "run.json").read_text())
     missed = info["missed"]
