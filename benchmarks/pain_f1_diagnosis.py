@@ -49,7 +49,7 @@ def weighted_f1(predicted: list[np.ndarray], truth: list[np.ndarray], weights: l
 def reachable_f1(run: Path, cohort, records: list[dict]) -> None:
     tests = [r for r in records if r["type"] == "client_eval" and r["positives"] > 0]
     methods = list(dict.fromkeys(r["method"] for r in tests))
-    first = [r for r in tests if r["method"] == methods[0]]
+    first = [r for r in tests if r["method"] == methods[0] and r["seed"] == tests[0]["seed"]]  # one seed's records
     pspi = [np.repeat(cohort.sessions[r["client"]][r["session"]].pspi, VARIANTS_PER_FRAME) for r in first]
     for r, p in zip(first, pspi):
         if len(p) != r["n"]:
@@ -72,7 +72,8 @@ def reachable_f1(run: Path, cohort, records: list[dict]) -> None:
         rs = [r for r in tests if r["method"] == m]
         f1 = 100 * np.average([r["f1"] for r in rs], weights=[r["n"] for r in rs])
         called = 100 * sum(r["tp"] + r["fp"] for r in rs) / sum(r["n"] for r in rs)
-        print(f"  {m:<34} {f1:5.1f}   (calls {called:.0f}% of the frames pain)")
+        seeds = len({r["seed"] for r in rs})
+        print(f"  {m:<34} {f1:5.1f}   (calls {called:.0f}% of the frames pain; {seeds} seed{'s' * (seeds > 1)})")
 
 
 def within(groups: np.ndarray, scores: np.ndarray, negative: np.ndarray, positive: np.ndarray) -> float:

@@ -1,7 +1,9 @@
 """Clients trained one after another (`LocalClients`) against many at a time
 (`VectorisedClients`, torch.func vmap), timed alternately in one process; prints the ratio
 of medians (sequential time / vectorised time: above 1, vectorised is faster) and the largest
-difference between the two runs' global models.
+difference between the two runs' global models. For the whole-model workloads it also times
+the ceiling of any batching of the clients: one model taking the same steps on all clients'
+batches concatenated (`one_model_for_all`), as a ratio against the same sequential time.
 
 Workloads of the 1,000-client regime (issue 13's targets: at least 3x on 2 cores):
 - "har": FedAvg rounds of FedHealth 2's HAR CNN (BatchNorm included) on synthetic windows;
@@ -94,6 +96,33 @@ def timed(name, make_model, algorithm, data, runtime, chunk) -> tuple[float, Fed
     return time.perf_counter() - start, fed
 
 
+def one_model_for_all(make_model, algorithm, data, chunk) -> float:
+    """The ceiling of any batching of the clients: ONE model takes the same steps as the
+    vectorised round, each step on the chunk's batches concatenated into one plain batch (no
+    per-client parameters, no vmap). K models cost at least one model's arithmetic on K times
+    the batch, so sequential time / this time bounds what many-at-a-time can reach here."""
+    settings = algorithm.client.settings
+    torch.manual_seed(0)
+    model = make_model().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=settings.lr)
+    clients = [data[c] for c in sorted(data)]
+    start = time.perf_counter()
+    for i in range(0, len(clients), chunk):
+        x = torch.stack([d.x for d in clients[i:i + chunk]])  # [K, n, ...]
+        y = torch.stack([d.y for d in clients[i:i + chunk]])
+        k, n = x.shape[:2]
+        for _ in range(settings.local_epochs):
+            order = torch.stack([torch.randperm(n) for _ in range(k)])
+            for s in range(0, n - 1, settings.batch_size):
+                idx = order[:, s:s + settings.batch_size]
+                rows = torch.arange(k)[:, None]
+                loss = settings.task.loss(model(x[rows, idx].flatten(0, 1)), y[rows, idx].flatten(0, 1))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=100, help="clients per round")
@@ -108,26 +137,31 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"{args.clients} clients x {args.examples} examples, {args.epochs} epochs of batches of 16, "
           f"{args.threads} threads, chunk {args.chunk}")
-    print("| workload | unit | sequential s | vectorised s | ratio | max difference |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| workload | unit | sequential s | vectorised s | ratio | max difference | one model, all clients' batches as one s | ceiling ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, (make_model, algorithm, data, unit) in workloads(args.clients, args.examples, args.epochs).items():
         if args.workloads and name not in args.workloads:
             continue
-        times = {LocalClients: [], VectorisedClients: []}
+        times = {LocalClients: [], VectorisedClients: [], "one model": []}
         timed(name, make_model, algorithm, data, VectorisedClients, args.chunk)  # warm-up: torch.func's first call
         feds = {}
+        whole_model = not name.startswith("pfdl-heads")  # the ceiling is of a whole round's training
         for _ in range(args.repeats):
             for runtime in (LocalClients, VectorisedClients):
                 seconds, feds[runtime] = timed(name, make_model, algorithm, data, runtime, args.chunk)
                 times[runtime].append(seconds)
+            if whole_model:
+                times["one model"].append(one_model_for_all(make_model, algorithm, data, args.chunk))
         seq, vec = statistics.median(times[LocalClients]), statistics.median(times[VectorisedClients])
+        one = statistics.median(times["one model"]) if whole_model else None
+        ceiling = f"{one:.2f} | {seq / one:.2f}" if one else "– | –"
         a, b = feds[LocalClients], feds[VectorisedClients]
         if not name.startswith("pfdl-heads") and a.global_message.tensors:
             diff = max(float((a.global_message.tensors[k].double() - b.global_message.tensors[k].double()).abs().max())
                        for k in a.global_message.tensors)
         else:
             diff = max(float((a.state_of(c)[k] - b.state_of(c)[k]).abs().max()) for c in data for k in a.state_of(c))
-        print(f"| {name} | {unit} | {seq:.2f} | {vec:.2f} | {seq / vec:.2f} | {diff:.1e} |")
+        print(f"| {name} | {unit} | {seq:.2f} | {vec:.2f} | {seq / vec:.2f} | {diff:.1e} | {ceiling} |")
 
 
 if __name__ == "__main__":

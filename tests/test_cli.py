@@ -27,6 +27,7 @@ def test_demo_runs_end_to_end_and_prints_the_summary_and_report_path(tmp_path):
     assert result.exit_code == 0, result.output
     for method in ["RANDOM", "BC", "C(C)", "F(C)", "FP(C)", "FL(C)"]:
         assert f"| {method} |" in result.output
+    assert "Means over seeds: RANDOM over 10; BC, C(C), F(C), FP(C), FL(C) over 1." in result.output
     assert f"Report: {out.resolve() / 'report.html'}" in result.output
     run = json.loads((out / "run.json").read_text())
     assert run["synthetic"] is True and run["methods"] == ["RANDOM", "BC", "C(C)", "F(C)", "FP(C)", "FL(C)"]

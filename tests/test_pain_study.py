@@ -14,6 +14,7 @@ from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
 from fedcare.studies.pain.cohort import PainDataError
 from fedcare.studies.pain.config import PainExperiment
+from fedcare.studies.pain.report import summary_markdown
 from fedcare.studies.run import run_study
 from fedcare.studies.rundir import RunDirectoryExists
 
@@ -153,3 +154,36 @@ def test_cli_run_reports_bad_config_and_bad_data_without_traceback(tmp_path):
     result = CliRunner().invoke(app, ["run", str(good), "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and "nowhere" in result.output
     assert not (tmp_path / "r").exists()
+
+
+def random_config(**extra) -> PainExperiment:
+    base = small_config().model_dump()
+    base.update(methods=["RANDOM", "FL(N)"], **extra)
+    return PainExperiment.model_validate(base)
+
+
+def test_random_runs_on_its_own_seeds_and_the_others_are_unchanged(tmp_path):
+    """random_seeds: RANDOM (no training) on more seeds than the trained methods; the shared
+    seed's records are those of a run without it, and the summary counts RANDOM's seeds."""
+    run = run_study(random_config(random_seeds=[5, 6, 7]), tmp_path / "more")
+    plain = run_study(random_config(), tmp_path / "plain")
+    records, before = records_of(run), records_of(plain)
+    assert {r["seed"] for r in records if r["method"] == "RANDOM"} == {5, 6, 7}
+    assert {r["seed"] for r in records if r["method"] == "FL(N)"} == {5}
+    assert [r for r in records if r["seed"] == 5] == before  # seed 5 first, as without random_seeds
+    by_seed = {s: [r["loss"] for r in records if r["method"] == "RANDOM" and r["seed"] == s] for s in (5, 6, 7)}
+    assert len({tuple(v) for v in by_seed.values()}) == 3  # each seed draws its own untrained network
+    info = json.loads((run / "run.json").read_text())
+    sessions = len(info["test_sessions"])
+    assert info["progress"] == {"units_done": 4 * sessions, "units_total": 4 * sessions}  # 3 RANDOM seeds + FL(N)
+    assert info["random_seeds"] == [5, 6, 7]
+    summary = {row.split(",")[0]: row.split(",")[1] for row in (run / "tables/summary.csv").read_text().splitlines()[1:]}
+    assert summary == {"RANDOM": "3", "FL(N)": "1"}
+    assert "Means over seeds: RANDOM over 3; FL(N) over 1." in summary_markdown(run)
+    assert "Means over seeds" not in summary_markdown(plain)
+    assert "<th>RANDOM&#x27;s seeds</th><td>5, 6, 7</td>" in (run / "report.html").read_text()
+
+
+def test_random_seeds_listed_twice_are_refused():
+    with pytest.raises(ValueError, match="(?s)random_seeds.*listed twice: \\[6\\]"):
+        random_config(random_seeds=[5, 6, 6])

@@ -74,6 +74,10 @@ class PainExperiment(Experiment):
     title: str = "fedcare pain study"
     study: Literal["pain"] = "pain"
     seeds: list[int] = Field(default_factory=lambda: list(range(123, 133)), min_length=1)
+    # RANDOM (the untrained network) on these seeds instead (default: `seeds`): its call rate, so
+    # its F1, is a draw of its init (0-100% of the frames across the thesis's seeds on the demo),
+    # and evaluating it costs no training
+    random_seeds: list[int] | None = Field(None, min_length=1)
     methods: list[str] = Field(min_length=1)
     data: PainData
     protocol: PainProtocol = PainProtocol()
@@ -94,6 +98,17 @@ class PainExperiment(Experiment):
                              f"would test them with a model pretrained on their own frames; remove them from one "
                              f"list, or set protocol.allow_overlap = true (the report then says so)")
         return self
+
+    @field_validator("seeds", "random_seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int] | None) -> list[int] | None:
+        if seeds is not None and len(set(seeds)) != len(seeds):
+            raise ValueError(f"a seed is listed twice: {sorted(s for s in set(seeds) if seeds.count(s) > 1)}")
+        return seeds
+
+    def seeds_of(self, method: str) -> list[int]:
+        """The seeds `method` runs on."""
+        return self.random_seeds if method == "RANDOM" and self.random_seeds is not None else self.seeds
 
     @field_validator("methods")
     @classmethod

@@ -29,7 +29,13 @@ class PainProtocol(StudyProtocol):
         self.test_sessions = list(range(1, self.last_session + 1))
         self.methods = [Method.parse(m) for m in self.config.methods]
         self.inits_needed = sorted({m.init for m in self.methods} - {"N"})
-        self.units_total = len(self.config.seeds) * (len(self.inits_needed) + len(self.methods) * len(self.test_sessions))
+        # seed -> its methods: every method on `seeds`, then RANDOM alone on `random_seeds` not among them
+        self.plan: dict[int, list[Method]] = {}
+        for method in self.methods:
+            for seed in self.config.seeds_of(method.label):
+                self.plan.setdefault(seed, []).append(method)
+        self.units_total = sum(len(self.inits_at(seed)) + len(methods) * len(self.test_sessions)
+                               for seed, methods in self.plan.items())
         privacy = self.config.privacy
         self.audit = None
         if privacy is not None and privacy.audit is not None and self.last_session >= 2:  # else nothing was trained
@@ -37,8 +43,15 @@ class PainProtocol(StudyProtocol):
 
             self.audit = PainMembershipAudit(self, privacy.audit)
 
+    def inits_at(self, seed: int) -> list[str]:
+        """The pretrained inits (C, F) the methods of `seed` start from."""
+        return sorted({m.init for m in self.plan[seed]} - {"N"})
+
     def facts(self) -> dict:
-        return {"subjects": self.subjects(), "test_sessions": self.test_sessions}
+        facts = {"subjects": self.subjects(), "test_sessions": self.test_sessions}
+        if self.config.random_seeds is not None and "RANDOM" in self.config.methods:
+            facts["random_seeds"] = self.config.random_seeds
+        return facts
 
     def notes(self) -> list[str]:
         p = self.config.protocol
@@ -142,14 +155,14 @@ class PainProtocol(StudyProtocol):
                              federation=federation.state_dict if going_on else None)
 
     def run(self) -> None:
-        for seed in self.config.seeds:
+        for seed, methods in self.plan.items():
             random_init = self.new_model(seed=seed).state_dict()
             inits = {"N": random_init}
-            for kind in self.inits_needed:
+            for kind in self.inits_at(seed):
                 if self.finished(seed, f"pretrain {kind}"):
                     inits[kind] = self.checkpoint.state(f"init {kind}")
                     continue
                 inits[kind] = self.pretrain(seed, kind, random_init)
                 self.finish_unit(f"seed {seed}: pretrain {kind}", seed, f"pretrain {kind}", **{f"init {kind}": inits[kind]})
-            for method in self.methods:
+            for method in methods:
                 self.run_method(method, seed, inits[method.init])

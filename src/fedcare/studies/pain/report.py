@@ -244,7 +244,8 @@ def build_plots(agg: RunAggregate, records: list[Mapping[str, Any]]) -> dict[str
 
 # -- report.html ------------------------------------------------------------------------
 KNOWN_FACTS = [
-    ("study", "Study"), ("config_file", "Config file"), ("seeds", "Seeds"), ("methods", "Methods"),
+    ("study", "Study"), ("config_file", "Config file"), ("seeds", "Seeds"), ("random_seeds", "RANDOM's seeds"),
+    ("methods", "Methods"),
     ("subjects", "Test subjects"), ("test_sessions", "Test sessions"), ("started", "Started"),
     ("finished", "Finished"), ("training_seconds", "Training time (s)"), ("fedcare_version", "fedcare version"),
 ]
@@ -268,7 +269,9 @@ def _how_to_read(agg: RunAggregate) -> str:
         "subjects\"), of the per-session values in Table 7.5.",
         "<b>Seeds.</b> Everything is computed per seed first, then averaged over seeds (mean of means, mean of "
         "SDs). \"seed SD\" in the summary is the population SD across seeds of the overall weighted mean; it is "
-        "the run-to-run noise to keep in mind when comparing methods.",
+        "the run-to-run noise to keep in mind when comparing methods. RANDOM may run on more seeds than the "
+        "other methods (<code>random_seeds</code>; the \"seeds\" column says how many): an untrained network's "
+        "call rate, and so its F1, is a draw of its initialisation, and evaluating it costs no training.",
         "<b>Rank sums.</b> For each subject (or session) the methods are ranked from 0 (worst) to n−1 (best) on "
         "the seed-averaged values, ties sharing the average rank, and the ranks are summed; units where a "
         "method has NA are skipped.",
@@ -370,4 +373,10 @@ def summary_markdown(run_dir: Path) -> str:
     records, agg, _ = load_run(Path(run_dir))
     findings = threshold_findings(agg, threshold_summaries(records))
     table = format_summary_markdown(summary_rows(run_dir))
+    by_count: dict[int, list[str]] = {}
+    for method in agg.methods:
+        by_count.setdefault(len(agg.summary[method].seeds), []).append(method)
+    if len(by_count) > 1:  # e.g. RANDOM on more seeds (random_seeds): say which row averages how many
+        table += "\n\nMeans over seeds: " + "; ".join(
+            f"{', '.join(methods)} over {n}" for n, methods in by_count.items()) + "."
     return f"{table}\n\n{findings}" if findings else table
