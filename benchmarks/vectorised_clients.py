@@ -137,7 +137,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"{args.clients} clients x {args.examples} examples, {args.epochs} epochs of batches of 16, "
           f"{args.threads} threads, chunk {args.chunk}")
-    print("| workload | unit | sequential s | vectorised s | ratio | max difference | one model, all clients' batches as one s | ceiling ratio |")
+    print("| workload | unit | sequential s | vectorised s | ratio | max difference "
+          "| one model, all clients' batches as one s | ceiling ratio |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, (make_model, algorithm, data, unit) in workloads(args.clients, args.examples, args.epochs).items():
         if args.workloads and name not in args.workloads:

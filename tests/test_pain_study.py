@@ -177,7 +177,8 @@ def test_random_runs_on_its_own_seeds_and_the_others_are_unchanged(tmp_path):
     sessions = len(info["test_sessions"])
     assert info["progress"] == {"units_done": 4 * sessions, "units_total": 4 * sessions}  # 3 RANDOM seeds + FL(N)
     assert info["random_seeds"] == [5, 6, 7]
-    summary = {row.split(",")[0]: row.split(",")[1] for row in (run / "tables/summary.csv").read_text().splitlines()[1:]}
+    rows = (run / "tables/summary.csv").read_text().splitlines()[1:]
+    summary = {row.split(",")[0]: row.split(",")[1] for row in rows}  # method -> seeds
     assert summary == {"RANDOM": "3", "FL(N)": "1"}
     assert "Means over seeds: RANDOM over 3; FL(N) over 1." in summary_markdown(run)
     assert "Means over seeds" not in summary_markdown(plain)

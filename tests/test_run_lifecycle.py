@@ -30,7 +30,8 @@ SUBJECTS = [42, 43, 80]
 
 def pain_config(root: Path, **protocol) -> PainExperiment:
     return PainExperiment.model_validate({
-        "title": "lifecycle", "seeds": [5, 6], "methods": ["RANDOM", "F(C)", "FP(N)"], "data": {"root": str(root)},
+        "title": "lifecycle", "seeds": [5, 6], "random_seeds": [5, 6, 7],  # seed 7: RANDOM alone, resumed too
+        "methods": ["RANDOM", "F(C)", "FP(N)"], "data": {"root": str(root)},
         "protocol": {"pretrain_subjects": [42], "subjects": [43, 80], "image_size": 16, "balance_per_class": 12,
                      "last_session": 2, **protocol},
         "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1, "pretrain_max_rounds": 2,
@@ -333,7 +334,8 @@ def test_metrics_jsonl_is_strict_json_with_null_for_nan(reference):
 def test_progress_is_printed_as_plain_lines_when_stderr_is_not_a_terminal(cohort, tmp_path):
     from fedcare.progress import PlainProgress
 
-    config = write_config(tmp_path / "exp.toml", pain_config(cohort).model_copy(update={"seeds": [5]}))
+    one_seed = pain_config(cohort).model_copy(update={"seeds": [5], "random_seeds": None})
+    config = write_config(tmp_path / "exp.toml", one_seed)
     proc = cli("run", str(config), "--out", str(tmp_path / "run"))
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
