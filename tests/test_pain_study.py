@@ -165,12 +165,12 @@ def random_config(**extra) -> PainExperiment:
 def test_random_runs_on_its_own_seeds_and_the_others_are_unchanged(tmp_path):
     """random_seeds: RANDOM (no training) on more seeds than the trained methods; the shared
     seed's records are those of a run without it, and the summary counts RANDOM's seeds."""
-    run = run_study(random_config(random_seeds=[5, 6, 7]), tmp_path / "more")
-    plain = run_study(random_config(), tmp_path / "plain")
+    run = run_study(random_config(seeds=[6], random_seeds=[5, 6, 7]), tmp_path / "more")
+    plain = run_study(random_config(seeds=[6]), tmp_path / "plain")
     records, before = records_of(run), records_of(plain)
-    assert {r["seed"] for r in records if r["method"] == "RANDOM"} == {5, 6, 7}
-    assert {r["seed"] for r in records if r["method"] == "FL(N)"} == {5}
-    assert [r for r in records if r["seed"] == 5] == before  # seed 5 first, as without random_seeds
+    assert list(dict.fromkeys(r["seed"] for r in records)) == [6, 5, 7]  # `seeds` first, then RANDOM's others
+    assert {r["seed"] for r in records if r["method"] == "FL(N)"} == {6}
+    assert [r for r in records if r["seed"] == 6] == before  # as without random_seeds
     by_seed = {s: [r["loss"] for r in records if r["method"] == "RANDOM" and r["seed"] == s] for s in (5, 6, 7)}
     assert len({tuple(v) for v in by_seed.values()}) == 3  # each seed draws its own untrained network
     info = json.loads((run / "run.json").read_text())

@@ -29,11 +29,14 @@ class PainProtocol(StudyProtocol):
         self.test_sessions = list(range(1, self.last_session + 1))
         self.methods = [Method.parse(m) for m in self.config.methods]
         self.inits_needed = sorted({m.init for m in self.methods} - {"N"})
-        # seed -> its methods: every method on `seeds`, then RANDOM alone on `random_seeds` not among them
+        # seed -> its methods, in run order: `seeds` first, then RANDOM alone on its other `random_seeds`
+        c = self.config
+        extra = [s for s in c.random_seeds or [] if s not in c.seeds] if "RANDOM" in c.methods else []
         self.plan: dict[int, list[Method]] = {}
-        for method in self.methods:
-            for seed in self.config.seeds_of(method.label):
-                self.plan.setdefault(seed, []).append(method)
+        for seed in [*c.seeds, *extra]:
+            methods = [m for m in self.methods if seed in c.seeds_of(m.label)]
+            if methods:  # a seed of `seeds` has none when RANDOM is the only method and not on it
+                self.plan[seed] = methods
         self.units_total = sum(len(self.inits_at(seed)) + len(methods) * len(self.test_sessions)
                                for seed, methods in self.plan.items())
         privacy = self.config.privacy
