@@ -24,7 +24,6 @@ README's "What the pain demo shows".
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -34,6 +33,7 @@ from sklearn.metrics import f1_score, roc_auc_score
 
 from fedcare.algorithms.training import ClientData, predict
 from fedcare.config import load_config
+from fedcare.evaluation.statistics import read_records
 from fedcare.studies import registry
 from fedcare.studies.pain.cohort import VARIANTS_PER_FRAME
 from fedcare.studies.rundir import set_threads
@@ -144,7 +144,10 @@ def main() -> None:
         sys.exit(f"{args.run}: a {config.study} run; this diagnosis is for the pain study")
     data = args.data or (args.run / "synthetic-data" if (args.run / "synthetic-data").is_dir() else Path(config.data.root))
     config = config.model_copy(update={"data": config.data.model_copy(update={"root": data, "synthetic": None})})
-    records = [json.loads(line) for line in (args.run / "metrics.jsonl").read_text().splitlines()]
+    try:
+        records, _ = read_records(args.run / "metrics.jsonl")
+    except ValueError as e:
+        sys.exit(str(e))
     set_threads(config)  # the run's thread count: float sums, and so the retrained model, depend on it
     study = registry.study_for(config)
     with tempfile.TemporaryDirectory() as workdir:  # the frame store (an unlinked file) goes here

@@ -111,11 +111,11 @@ def one_model_for_all(make_model, algorithm, data, chunk) -> float:
         x = torch.stack([d.x for d in clients[i:i + chunk]])  # [K, n, ...]
         y = torch.stack([d.y for d in clients[i:i + chunk]])
         k, n = x.shape[:2]
+        rows = torch.arange(k)[:, None]
         for _ in range(settings.local_epochs):
             order = torch.stack([torch.randperm(n) for _ in range(k)])
             for s in range(0, n - 1, settings.batch_size):
                 idx = order[:, s:s + settings.batch_size]
-                rows = torch.arange(k)[:, None]
                 loss = settings.task.loss(model(x[rows, idx].flatten(0, 1)), y[rows, idx].flatten(0, 1))
                 optimizer.zero_grad()
                 loss.backward()
@@ -157,7 +157,7 @@ def main() -> None:
         one = statistics.median(times["one model"]) if whole_model else None
         ceiling = f"{one:.2f} | {seq / one:.2f}" if one else "– | –"
         a, b = feds[LocalClients], feds[VectorisedClients]
-        if not name.startswith("pfdl-heads") and a.global_message.tensors:
+        if whole_model and a.global_message.tensors:
             diff = max(float((a.global_message.tensors[k].double() - b.global_message.tensors[k].double()).abs().max())
                        for k in a.global_message.tensors)
         else:

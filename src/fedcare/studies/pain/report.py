@@ -345,7 +345,10 @@ def summary_rows(run_dir: Path) -> list[dict]:
     """Table 7.1 as dicts (method, acc, acc_sd, pr_auc, pr_auc_sd, f1, f1_sd: seed-averaged
     weighted mean and SD across subjects, fractions, NaN where undefined), in the order
     methods first appear, recomputed from metrics.jsonl."""
-    agg = load_run(Path(run_dir))[1]
+    return _summary_rows(load_run(Path(run_dir))[1])
+
+
+def _summary_rows(agg: RunAggregate) -> list[dict]:
     rows = []
     for method in agg.methods:
         s = agg.summary[method]
@@ -372,7 +375,7 @@ def summary_markdown(run_dir: Path) -> str:
     threshold finding when a trained method's F1 is below RANDOM's."""
     records, agg, _ = load_run(Path(run_dir))
     findings = threshold_findings(agg, threshold_summaries(records))
-    table = format_summary_markdown(summary_rows(run_dir))
+    table = format_summary_markdown(_summary_rows(agg))
     by_count: dict[int, list[str]] = {}
     for method in agg.methods:
         by_count.setdefault(len(agg.summary[method].seeds), []).append(method)
