@@ -3,7 +3,9 @@
 of medians (sequential time / vectorised time: above 1, vectorised is faster) and the largest
 difference between the two runs' global models. For the whole-model workloads it also times
 the ceiling of any batching of the clients: one model taking the same steps on all clients'
-batches concatenated (`one_model_for_all`), as a ratio against the same sequential time.
+batches concatenated (`one_model_for_all`), plus the rest of the round (the same round with
+no local epochs, one after another: loading each client's model, its reply, the aggregation,
+which every runtime does), as a ratio against the same sequential time.
 
 Workloads of the 1,000-client regime (issue 13's targets: at least 3x on 2 cores):
 - "har": FedAvg rounds of FedHealth 2's HAR CNN (BatchNorm included) on synthetic windows;
@@ -100,7 +102,8 @@ def one_model_for_all(make_model, algorithm, data, chunk) -> float:
     """The ceiling of any batching of the clients: ONE model takes the same steps as the
     vectorised round, each step on the chunk's batches concatenated into one plain batch (no
     per-client parameters, no vmap). K models cost at least one model's arithmetic on K times
-    the batch, so sequential time / this time bounds what many-at-a-time can reach here."""
+    the batch, so sequential time / (this time + the rest of the round) bounds what
+    many-at-a-time can reach here."""
     settings = algorithm.client.settings
     torch.manual_seed(0)
     model = make_model().train()
@@ -138,24 +141,32 @@ def main() -> None:
     print(f"{args.clients} clients x {args.examples} examples, {args.epochs} epochs of batches of 16, "
           f"{args.threads} threads, chunk {args.chunk}")
     print("| workload | unit | sequential s | vectorised s | ratio | max difference "
-          "| one model, all clients' batches as one s | ceiling ratio |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "| one model, all clients' batches as one s | rest of the round s | ceiling ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, (make_model, algorithm, data, unit) in workloads(args.clients, args.examples, args.epochs).items():
         if args.workloads and name not in args.workloads:
             continue
-        times = {LocalClients: [], VectorisedClients: [], "one model": []}
+        times = {LocalClients: [], VectorisedClients: [], "one model": [], "no training": []}
         timed(name, make_model, algorithm, data, VectorisedClients, args.chunk)  # warm-up: torch.func's first call
         feds = {}
         whole_model = not name.startswith("pfdl-heads")  # the ceiling is of a whole round's training
+        # the same round without local epochs: what is left of it when training costs nothing
+        untrained = workloads(args.clients, args.examples, 0)[name][1]
+        if whole_model:
+            timed(name, make_model, untrained, data, LocalClients, args.chunk)  # warm-up
         for _ in range(args.repeats):
             for runtime in (LocalClients, VectorisedClients):
                 seconds, feds[runtime] = timed(name, make_model, algorithm, data, runtime, args.chunk)
                 times[runtime].append(seconds)
             if whole_model:
                 times["one model"].append(one_model_for_all(make_model, algorithm, data, args.chunk))
+                times["no training"].append(timed(name, make_model, untrained, data, LocalClients, args.chunk)[0])
         seq, vec = statistics.median(times[LocalClients]), statistics.median(times[VectorisedClients])
-        one = statistics.median(times["one model"]) if whole_model else None
-        ceiling = f"{one:.2f} | {seq / one:.2f}" if one else "– | –"
+        if whole_model:
+            one, rest = statistics.median(times["one model"]), statistics.median(times["no training"])
+            ceiling = f"{one:.2f} | {rest:.2f} | {seq / (one + rest):.2f}"
+        else:
+            ceiling = "– | – | –"
         a, b = feds[LocalClients], feds[VectorisedClients]
         if whole_model and a.global_message.tensors:
             diff = max(float((a.global_message.tensors[k].double() - b.global_message.tensors[k].double()).abs().max())

@@ -5,7 +5,8 @@ loop (`training.train_epochs`) takes K.
 
 It is `train_epochs` for each client, to float tolerance (the batched kernels add in another
 order: about 1e-8 apart after a few steps, tested within 1e-6): the same shuffles from each
-client's generator, the same batches (a trailing batch of one example skipped), plain SGD,
+client's generator, the same batches (a trailing batch of one example skipped), plain SGD
+(rounded as torch.optim.SGD's step rounds it),
 BatchNorm's running statistics updated per client. Clients whose batch at a step has another
 size (a shorter last batch) are stepped together in their own group.
 
@@ -100,11 +101,11 @@ def train_stacked(model: nn.Module, states: Sequence[dict[str, torch.Tensor]], d
             idx = torch.stack([plan[k][s] for k in clients])
             x, y = as_float(x_all[at[:, None], idx]), y_all[at[:, None], idx]
             grads, losses = step(moving, fixed, x, y)
-            for k in trainable:
+            for k in trainable:  # torch.optim.SGD's update, `add` with alpha: the same rounding as its step
                 if everyone:
-                    stacked[k] = moving[k] - lr * grads[k]
+                    stacked[k] = torch.add(moving[k], grads[k], alpha=-lr)
                 else:
-                    stacked[k][at] = moving[k] - lr * grads[k]
+                    stacked[k][at] = torch.add(moving[k], grads[k], alpha=-lr)
             if not everyone:
                 for k, v in fixed.items():
                     if k not in names:  # buffers (running statistics); frozen parameters did not move
