@@ -18,8 +18,16 @@ kernel can drop and read back).
 From the measured cost per training image-step and per evaluated image it prints the time a
 full-length round and a full seed would take (14 methods, sessions 1-9, up to 30 rounds).
 
+Its baseline, measured in the same process after the run: the bare arithmetic, the least
+PyTorch code doing the same steps (a PainCNN of the same size, torch.optim.SGD and the binary
+cross-entropy on random tensors already in memory, batches of the protocol's training and
+evaluation sizes, the same threads). It prints the protocol's cost per image over the bare
+cost (training and evaluation) and the whole run over its bare arithmetic (the images it
+trained and evaluated, at the bare costs): what fedcare's data path and bookkeeping add to
+the convolutions, i.e. what is left to optimise in the code rather than in the arithmetic.
+
     python benchmarks/pain_profile.py --data DIR [--methods BC "F(C)"] [--last-session 1]
-        [--max-rounds 1] [--threads 2] [--out DIR]
+        [--max-rounds 1] [--threads 2] [--baseline-steps 10] [--out DIR]
     python benchmarks/pain_profile.py --frame-scale 1.0 ...   # generate the cohort first (250 px)
 """
 
@@ -136,6 +144,45 @@ def full_seed_estimate(step: float, image: float) -> str:
     return "\n".join(lines)
 
 
+def bare_costs(image_size: int, batch_size: int, eval_batch: int, steps: int) -> tuple[float, float]:
+    """Seconds per training image-step and per evaluated image of the least PyTorch code doing
+    the protocol's arithmetic: PainCNN(image_size), plain SGD on the binary cross-entropy, random
+    tensors already in memory (no decoding, no cutting of variants, no bookkeeping); two steps
+    and two batches of warm-up (the first of a shape is slower: allocations), then `steps` of each."""
+    import torch
+    from torch.nn.functional import binary_cross_entropy_with_logits
+
+    from fedcare.models.pain_cnn import PainCNN
+
+    g = torch.Generator().manual_seed(0)
+    model = PainCNN(image_size)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    x = torch.rand(batch_size, 1, image_size, image_size, generator=g)
+    y = (torch.rand(batch_size, generator=g) < 0.5).float()
+
+    def train_step():
+        optimizer.zero_grad()
+        binary_cross_entropy_with_logits(model(x).reshape(-1), y).backward()
+        optimizer.step()
+
+    model.train()
+    for _ in range(2):
+        train_step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        train_step()
+    per_step = (time.perf_counter() - start) / (steps * batch_size)
+    model.eval()
+    x_eval = torch.rand(eval_batch, 1, image_size, image_size, generator=g)
+    with torch.no_grad():
+        for _ in range(2):
+            model(x_eval)
+        start = time.perf_counter()
+        for _ in range(steps):
+            model(x_eval)
+    return per_step, (time.perf_counter() - start) / (steps * eval_batch)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, help="a UNBC-McMaster-layout copy (default: generate one into --out)")
@@ -145,8 +192,12 @@ def main() -> None:
     parser.add_argument("--max-rounds", type=int, default=1, help="rounds (epochs) per phase, pretraining included")
     parser.add_argument("--image-size", type=int, default=215, help="network input size (the thesis: 215)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--baseline-steps", type=int, default=10,
+                        help="training steps and evaluation batches of the bare-arithmetic baseline (after the run)")
     parser.add_argument("--out", type=Path, default=Path("pain-profile"), help="folder for the cohort and the run")
     args = parser.parse_args()
+    if args.baseline_steps < 1:
+        parser.error("--baseline-steps must be at least 1")
 
     sampler = MemorySampler()
     sampler.start()
@@ -155,6 +206,8 @@ def main() -> None:
     from fedcare.config import load_config
     from fedcare.studies import run as run_module
     from fedcare.studies.pain.cohort import FrameItems
+    from fedcare.studies.pain.methods import eval_batch_size
+    import torch
 
     args.out.mkdir(parents=True, exist_ok=True)
     generate_seconds = None
@@ -203,6 +256,9 @@ def main() -> None:
     total = time.perf_counter() - start
     sampler.done.set()
     sampler.join()
+    batch, eval_batch = config.train.batch_size, eval_batch_size(args.image_size)
+    torch.set_num_threads(args.threads)  # as the run had them (runtime.threads)
+    bare_step, bare_eval = bare_costs(args.image_size, batch, eval_batch, args.baseline_steps)
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     phases = ("decode", "variants", "training", "evaluation", "report")
     other = total - sum(clock.seconds[p] for p in phases)
@@ -224,12 +280,20 @@ def main() -> None:
     print(f"\ntraining: {train_images} image-steps, {1e3 * per_step:.2f} ms each; evaluation: {eval_images} images, "
           f"{1e3 * per_eval:.2f} ms each; cutting a variant: {1e6 * per_variant:.0f} us")
     print(f"decode: {1e3 * clock.seconds['decode'] / max(frames, 1):.2f} ms per frame")
+    bare_total = train_images * bare_step + eval_images * bare_eval
+    print(f"\nbaseline, the bare arithmetic (PainCNN({args.image_size}), plain SGD, random tensors in memory, "
+          f"batches of {batch} and {eval_batch}, {args.baseline_steps} of each): {1e3 * bare_step:.2f} ms per training "
+          f"image-step, {1e3 * bare_eval:.2f} ms per evaluated image")
+    print(f"| protocol / bare | ratio |\n|---|---:|\n| training, per image-step | {per_step / bare_step:.2f}x |\n"
+          f"| evaluation, per image | {per_eval / bare_eval:.2f}x |\n"
+          f"| the whole run / its images' bare arithmetic ({bare_total:.1f} s) | {total / bare_total:.2f}x |")
     gib = 2**30
     print(f"\nmemory: peak RSS {peak_rss / gib:.2f} GiB; sampled peaks: anonymous {sampler.peak['RssAnon'] / gib:.2f} GiB, "
           f"file-backed {sampler.peak['RssFile'] / gib:.2f} GiB")
     print("\n" + full_seed_estimate(per_step + per_variant, per_eval + per_variant))
     print(json.dumps({"frames": frames, "seconds": {p: round(clock.seconds[p], 2) for p in phases} | {"other": round(other, 2)},
                       "total": round(total, 2), "train_image_steps": train_images, "eval_images": eval_images,
+                      "bare_step": bare_step, "bare_eval": bare_eval,
                       "peak_rss": peak_rss, "peak_anon": sampler.peak["RssAnon"], "peak_file": sampler.peak["RssFile"]}))
 
 
