@@ -201,13 +201,14 @@ def main() -> None:
 
     sampler = MemorySampler()
     sampler.start()
+    import torch
+
     import fedcare.studies.pain.study as pain_study
     from fedcare.algorithms import training
     from fedcare.config import load_config
     from fedcare.studies import run as run_module
     from fedcare.studies.pain.cohort import FrameItems
     from fedcare.studies.pain.methods import eval_batch_size
-    import torch
 
     args.out.mkdir(parents=True, exist_ok=True)
     generate_seconds = None
@@ -268,7 +269,7 @@ def main() -> None:
           f"{args.last_session}, at most {rounds} round(s) per phase, {args.threads} threads; run: {run_dir}")
     if generate_seconds is not None:
         print(f"(generating the synthetic cohort took {generate_seconds:.0f} s, not counted below)")
-    print(f"\n| phase | seconds | share |\n|---|---:|---:|")
+    print("\n| phase | seconds | share |\n|---|---:|---:|")
     for p in (*phases, "other"):
         s = other if p == "other" else clock.seconds[p]
         print(f"| {p} | {s:.1f} | {100 * s / total:.1f}% |")
