@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from deployment import Deployment
 from pain_sites import SITES, config, records
 
@@ -58,6 +59,10 @@ def test_pfdl_across_three_sites_equals_the_simulator(deployment, pain_cohort, p
     assert len(expected) > 5 and records(out, "client_eval", "round") == expected
     info = json.loads((out / "run.json").read_text())
     assert info["sites"] == SITES and info["missed"] == []
+    # every SuperNode runs on this machine, with the experiment's one thread: they compute alike
+    assert {s: (f["threads"], f["cpu_kernels"]) for s, f in info["site_compute"].items()} == {
+        s: (1, torch.backends.cpu.get_cpu_capability()) for s in SITES}
+    assert not any("do not compute alike" in n for n in info["notes"])
     assert "Report:" in result.stdout
     # each site kept its private state on its own disk (PFDL's dense layers)
     for site in SITES:

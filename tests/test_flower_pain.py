@@ -52,6 +52,9 @@ def test_pain_study_on_flower_equals_the_simulator(cohort, tmp_path):
     assert got == expected  # every round's losses and every test metric, to the last bit
     info = json.loads((tmp_path / "flower" / "run.json").read_text())
     assert info["runtime"] == "flower" and info["missed"] == [] and sorted(info["sites"].values()) == SUBJECTS
+    # each site said how it computes, with the experiment's threads (torch's sums depend on them)
+    assert {site: facts["threads"] for site, facts in info["site_compute"].items()} == {str(s): 2 for s in SUBJECTS}
+    assert not any("do not compute alike" in n for n in info["notes"])  # every site in this process
 
 
 def test_pooled_methods_are_refused_before_any_site_is_contacted(cohort):

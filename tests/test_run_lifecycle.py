@@ -197,16 +197,20 @@ def test_sigterm_and_ctrl_c_keep_the_finished_work_and_say_how_to_resume(cohort,
     assert (partial / CHECKPOINT_FILE).is_file()
 
 
-def test_a_federated_study_resumes_from_its_round_checkpoint(tmp_path, monkeypatch):
-    """FedHealth 2: stopped in the middle of a method's rounds (Ctrl-C), resumed in process."""
+def fedhealth2_config():
     from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 
-    config = FedHealth2Experiment.model_validate({
+    return FedHealth2Experiment.model_validate({
         "study": "fedhealth2", "seeds": [1], "methods": ["fedbn", "fedap", "f-fedap"],
         "data": {"dataset": "pamap2", "synthetic": {"subjects": 3, "seconds_per_activity": 6.0}},
         "protocol": {"clients": 4, "dirichlet_alpha": 1.0}, "train": {"rounds": 3, "pretrain_epochs": 1},
         "options": {"ffedap_warmup_rounds": 1}, "runtime": {"threads": 1},
     })
+
+
+def test_a_federated_study_resumes_from_its_round_checkpoint(tmp_path, monkeypatch):
+    """FedHealth 2: stopped in the middle of a method's rounds (Ctrl-C), resumed in process."""
+    config = fedhealth2_config()
     reference = run_study(config, tmp_path / "reference")
     # Ctrl-C in fedap's round 2 (after fedbn's 3 rounds and fedap's first)
     stopped = interrupted_at_round(monkeypatch, 6, lambda: run_study(config, tmp_path / "run"))
@@ -214,6 +218,32 @@ def test_a_federated_study_resumes_from_its_round_checkpoint(tmp_path, monkeypat
     assert run_module.stop_note(stopped).startswith(f"kept {tmp_path / 'run.partial'} (5 of 10 units finished)")
     resume_study(tmp_path / "run.partial")
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["compute"]["threads"] == 1  # the config's runtime.threads, as the run computed
+    assert "compute_changes" not in info  # resumed on the same arithmetic: nothing to say
+    assert "Resumed after" not in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_a_run_resumed_on_other_arithmetic_says_so(tmp_path, monkeypatch):
+    """A run resumed where torch computes otherwise (another processor's kernels, say: here
+    faked) finishes, and its run.log, run.json and report say after which unit its records may
+    differ from an uninterrupted run's by rounding."""
+    from fedcare.compute import compute_facts
+
+    interrupted_at_round(monkeypatch, 6, lambda: run_study(fedhealth2_config(), tmp_path / "run"))
+    begun = json.loads((tmp_path / "run.partial" / "run.json").read_text())["compute"]
+    other = {**compute_facts(), "cpu_kernels": "ANOTHER"}
+    monkeypatch.setattr(run_module, "compute_facts", lambda: other)
+    resume_study(tmp_path / "run.partial")
+    run = tmp_path / "run"
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "finished" and info["compute"] == begun  # the start's facts are kept
+    assert info["compute_changes"] == [{"after_units": 5, "compute": other}]
+    assert "resumed after 5 units on other arithmetic" in (run / "run.log").read_text()
+    note = next(n for n in info["notes"] if n.startswith("Resumed after 5 finished units on other arithmetic"))
+    assert "CPU kernels ANOTHER" in note and f"CPU kernels {begun['cpu_kernels']}" in note
+    report = (run / "report.html").read_text()
+    assert "Resumed after 5 finished units" in report and "<th>Compute</th>" in report
 
 
 def test_resume_refuses_a_running_or_finished_run(cohort, reference, tmp_path):

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from fedcare.compute import describe as describe_compute
 from fedcare.report.tables import Table
 
 SYNTHETIC_BANNER = "SYNTHETIC DATA — these numbers say nothing about real patients"
@@ -71,7 +72,8 @@ def _duration(started: Any, finished: Any) -> str | None:
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
 
-NOT_FACTS = {"title", "synthetic", "notes", "missed"}  # missed operations (Flower runs) are told in the notes
+# missed operations (Flower runs) and a resume on other arithmetic are told in the notes
+NOT_FACTS = {"title", "synthetic", "notes", "missed", "compute_changes"}
 
 
 def facts_table(
@@ -94,6 +96,8 @@ def facts_table(
                     rows.append(("Wall time", d))
     synthetic = run_info.get("synthetic")
     rows.append(("Data", "synthetic" if synthetic is True else "real" if synthetic is False else "not stated"))
+    if isinstance(run_info.get("compute"), Mapping):  # what the numbers depend on besides the config
+        rows.append(("Compute", describe_compute(run_info["compute"])))
     for key, value in run_info.items():
         if key in NOT_FACTS or key in known:
             continue

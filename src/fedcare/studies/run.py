@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fedcare.compute import compute_facts, describe, same_arithmetic
 from fedcare.config import Experiment, load_config, to_toml
 from fedcare.files import atomic_write_text
 from fedcare.studies import registry
@@ -86,8 +87,10 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
     try:
         resumed = saved is not None
         set_threads(config)
+        compute = compute_facts()
         if resumed:
-            started = read_run_info(partial)[0].get("started", now())
+            info = read_run_info(partial)[0]
+            started = info.get("started", now())
         else:
             atomic_write_text(partial / "config.toml", to_toml(config))
             started = now()
@@ -95,6 +98,14 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         records = RecordsWriter(partial / METRICS_FILE, truncate_to=(saved or {}).get("offset", 0) if resumed else None)
         update_run_info(partial, run_dir=run.out.name, study=study.name, title=config.title, config_file=config_file,
                         seeds=config.seeds, methods=config.methods, started=started, status="running")
+        if not resumed:
+            update_run_info(partial, compute=compute)
+        elif isinstance(info.get("compute"), dict) and not same_arithmetic(info["compute"], compute):
+            done = (info.get("progress") or {}).get("units_done", 0)
+            log(partial, f"resumed after {done} units on other arithmetic: {describe(compute)} "
+                         f"(begun on {describe(info['compute'])})")
+            update_run_info(partial, compute_changes=[*info.get("compute_changes", []),
+                                                      {"after_units": done, "compute": compute}])
         study.check_privacy()
         runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
         if runtime_factory is None:
@@ -109,7 +120,8 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         seconds = time.perf_counter() - t0
         records.sync()
         update_run_info(partial, **protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
-                        notes=runtime.notes() + protocol.notes(), status="finished",
+                        notes=runtime.notes() + protocol.notes() + _compute_notes(read_run_info(partial)[0]),
+                        status="finished",
                         progress={"units_done": protocol.units_done, "units_total": protocol.units_total},
                         **runtime.facts())
         build_report(partial)
@@ -121,6 +133,14 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             records.close()
         e.add_note(_stopped(run, e, keep_partial, checkpoint))
         raise
+
+
+def _compute_notes(info: dict) -> list[str]:
+    """The report's notes on a run resumed on other arithmetic than it began with."""
+    begun = info.get("compute")
+    return [f"Resumed after {c.get('after_units', '?')} finished units on other arithmetic ({describe(c['compute'])}; "
+            f"begun on {describe(begun)}): the records after that may differ from an uninterrupted run's by float "
+            f"rounding." for c in info.get("compute_changes", []) if isinstance(begun, dict)]
 
 
 def _pid() -> int:

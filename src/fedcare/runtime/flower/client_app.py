@@ -25,6 +25,7 @@ from torch import nn
 from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import ClientData, predict
+from fedcare.compute import compute_facts
 from fedcare.runtime.clients import ClientRunner, Fit
 from fedcare.runtime.flower.link import HELLO
 from fedcare.runtime.flower.records import OPS, decode_ops, encode_results, record_to_tensors, tensors_to_record
@@ -81,7 +82,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         context.state[GREETING] = ConfigRecord({"json": json.dumps(greeting)})
         site = open_node(opened, context).site
         answer = {"client": site.client, "site": _site_name(context, site), "summary": site.summary(),
-                  "synthetic": bool(site.synthetic)}
+                  "synthetic": bool(site.synthetic), "compute": compute_facts()}  # threads as the experiment set them
         return Message(RecordDict({HELLO: ConfigRecord({"json": json.dumps(answer)})}), reply_to=msg)
 
     @app.train()

@@ -11,6 +11,7 @@ from torch import nn
 
 from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.training import ClientData
+from fedcare.compute import describe, same_arithmetic
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, SiteLink
 
@@ -39,9 +40,11 @@ class FlowerRuntime:
         raise FlowerRunError("pooling the clients' data cannot happen across sites")
 
     def facts(self) -> dict:
-        """What run.json records about the deployment: sites and what each missed."""
+        """What run.json records about the deployment: sites, each site's arithmetic (torch,
+        CPU kernels, threads) and what each missed."""
         return {"runtime": "flower",
                 "sites": {self.link.site_name(c): c for c in sorted(self.link.site_of)},
+                "site_compute": {self.link.site_name(c): f for c, f in sorted(self.link.compute.items())},
                 "missed": self.link.missed}
 
     def notes(self) -> list[str]:
@@ -54,4 +57,22 @@ class FlowerRuntime:
             if m.get("round") is not None:
                 where += f" round {m['round']}"
             by_site.setdefault(m["site"], []).append(f"{where} ({m['operation']})".strip())
-        return notes + [f"Site {site!r} did not answer: {'; '.join(what)}." for site, what in sorted(by_site.items())]
+        notes += [f"Site {site!r} did not answer: {'; '.join(what)}." for site, what in sorted(by_site.items())]
+        return notes + self._compute_notes()
+
+    def _compute_notes(self) -> list[str]:
+        """A note when the sites do not all compute alike: then no single machine's simulator run
+        gives this run's numbers bit for bit (they differ by float rounding)."""
+        kinds: list[tuple[dict, list[str]]] = []  # one arithmetic, the sites that have it
+        for cid, facts in sorted(self.link.compute.items()):
+            for known, sites in kinds:
+                if same_arithmetic(known, facts):
+                    sites.append(self.link.site_name(cid))
+                    break
+            else:
+                kinds.append((facts, [self.link.site_name(cid)]))
+        if len(kinds) < 2:
+            return []
+        which = "; ".join(f"{', '.join(repr(s) for s in sites)}: {describe(facts)}" for facts, sites in kinds)
+        return [(f"The sites do not compute alike ({which}): their float sums round differently, so a simulator run "
+                 "of this experiment on one machine gives numbers that differ from these by rounding.")]
