@@ -98,14 +98,16 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         records = RecordsWriter(partial / METRICS_FILE, truncate_to=(saved or {}).get("offset", 0) if resumed else None)
         update_run_info(partial, run_dir=run.out.name, study=study.name, title=config.title, config_file=config_file,
                         seeds=config.seeds, methods=config.methods, started=started, status="running")
+        # the arithmetic the run began on, and each resume on other arithmetic since (for the notes)
+        begun, changes = (info.get("compute"), list(info.get("compute_changes", []))) if resumed else (compute, [])
         if not resumed:
             update_run_info(partial, compute=compute)
-        elif isinstance(info.get("compute"), dict) and not same_arithmetic(info["compute"], compute):
+        elif isinstance(begun, dict) and not same_arithmetic(begun, compute):
             done = (info.get("progress") or {}).get("units_done", 0)
             log(partial, f"resumed after {done} units on other arithmetic: {describe(compute)} "
-                         f"(begun on {describe(info['compute'])})")
-            update_run_info(partial, compute_changes=[*info.get("compute_changes", []),
-                                                      {"after_units": done, "compute": compute}])
+                         f"(begun on {describe(begun)})")
+            changes.append({"after_units": done, "compute": compute})
+            update_run_info(partial, compute_changes=changes)
         study.check_privacy()
         runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
         if runtime_factory is None:
@@ -120,7 +122,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         seconds = time.perf_counter() - t0
         records.sync()
         update_run_info(partial, **protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
-                        notes=runtime.notes() + protocol.notes() + _compute_notes(read_run_info(partial)[0]),
+                        notes=runtime.notes() + protocol.notes() + _compute_notes(begun, changes),
                         status="finished",
                         progress={"units_done": protocol.units_done, "units_total": protocol.units_total},
                         **runtime.facts())
@@ -135,12 +137,11 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         raise
 
 
-def _compute_notes(info: dict) -> list[str]:
-    """The report's notes on a run resumed on other arithmetic than it began with."""
-    begun = info.get("compute")
+def _compute_notes(begun: dict | None, changes: list[dict]) -> list[str]:
+    """The report's notes on a run resumed on other arithmetic than it began with (`begun`)."""
     return [f"Resumed after {c.get('after_units', '?')} finished units on other arithmetic ({describe(c['compute'])}; "
             f"begun on {describe(begun)}): the records after that may differ from an uninterrupted run's by float "
-            f"rounding." for c in info.get("compute_changes", []) if isinstance(begun, dict)]
+            f"rounding." for c in changes if isinstance(begun, dict)]
 
 
 def _pid() -> int:
