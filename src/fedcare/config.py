@@ -25,7 +25,35 @@ class Strict(BaseModel):
 
 
 class Runtime(Strict):
-    threads: int | None = Field(None, ge=1)  # torch CPU threads; default: torch's choice
+    """`[runtime]`: where and how this process computes (docs/running-at-scale.md). Numbers are
+    bit-identical only on the same device, precision, threads and kernels (`fedcare.compute`)."""
+
+    # torch CPU threads; default: torch's choice; "auto": the cores left free by other work
+    # (cores this process may use - 1-minute load average, at least 1: `fedcare.threads`)
+    threads: int | Literal["auto"] | None = None
+    # "auto": the first of CUDA, Apple's MPS, the CPU that this machine has; "cuda:N" a given GPU.
+    # A Flower site may choose its own (`fedcare flower supernode --device`).
+    device: str = "cpu"
+    # training arithmetic: "fp32", or "bf16"/"fp16" under torch.autocast (fp16 with a gradient
+    # scaler); aggregation and privacy accounting stay in fp32/fp64 on the CPU
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    # CUDA only: deterministic kernels (torch.use_deterministic_algorithms, cuBLAS workspace),
+    # slower; on the CPU fedcare's arithmetic is deterministic anyway
+    deterministic: bool = False
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, threads: int | str | None) -> int | str | None:
+        if isinstance(threads, int) and threads < 1:
+            raise ValueError("threads must be at least 1, or \"auto\"")
+        return threads
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str) -> str:
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+            raise ValueError(f"device must be \"auto\", \"cpu\", \"cuda\", \"cuda:N\" or \"mps\", got {device!r}")
+        return device
 
 
 class Deployment(Strict):

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
@@ -30,6 +29,7 @@ from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study
 from fedcare.studies.run import run_study
+from fedcare.studies.rundir import set_threads
 
 server_app = ServerApp()
 
@@ -96,8 +96,7 @@ def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Stud
     data_dir = node.get(DATA_DIR_KEY) or rc.get(DATA_DIR_KEY) or getattr(getattr(config, "data", None), "root", None)
     if not data_dir:
         raise SiteError(f"site {site!r}: no data directory: set {DATA_DIR_KEY!r} in the SuperNode's --node-config")
-    if config.runtime.threads:  # torch's float sums depend on the thread count: the server's runs use it too
-        torch.set_num_threads(config.runtime.threads)
+    set_threads(config)  # torch's float sums depend on the thread count: the server's runs use it too
     key = (str(greeting["experiment"]), site, str(data_dir))
     if key not in _SITES:
         try:

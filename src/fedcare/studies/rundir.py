@@ -30,6 +30,7 @@ import torch
 
 from fedcare import __version__
 from fedcare.files import atomic_write_text
+from fedcare.threads import auto_threads
 
 SYNTHETIC_DIR = "synthetic-data"  # where a config's [data.synthetic] is generated inside the run
 METRICS_FILE = "metrics.jsonl"  # the records, one JSON object per line
@@ -230,9 +231,14 @@ class RecordsWriter:
 
 # -- run.json and run.log --------------------------------------------------------------------
 def set_threads(config) -> None:
-    """torch's CPU threads as the experiment says (float sums depend on the thread count)."""
-    if config.runtime.threads:
-        torch.set_num_threads(config.runtime.threads)
+    """torch's CPU threads as the experiment says (float sums depend on the thread count):
+    a number, "auto" (the cores left free now: `fedcare.threads.auto_threads`), or torch's
+    choice when not given."""
+    threads = config.runtime.threads
+    if threads == "auto":
+        threads = auto_threads()
+    if threads:
+        torch.set_num_threads(threads)
 
 
 def update_run_info(folder: Path, **facts: Any) -> dict:
