@@ -24,6 +24,9 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"  # [runtime] device, and a SuperNode's --device
+
+
 class Runtime(Strict):
     """`[runtime]`: where and how this process computes (docs/running-at-scale.md). Numbers are
     bit-identical only on the same device, precision, threads and kernels (`fedcare.compute`)."""
@@ -40,6 +43,9 @@ class Runtime(Strict):
     # CUDA only: deterministic kernels (torch.use_deterministic_algorithms, cuBLAS workspace),
     # slower; on the CPU fedcare's arithmetic is deterministic anyway
     deterministic: bool = False
+    # Flower's Simulation Engine (`fedcare flower run --federation-config ...`): the GPUs each
+    # simulated site reserves in Ray (its client_resources num_gpus; 0.25: four sites per GPU)
+    gpus_per_site: float = Field(0.0, ge=0)
 
     @field_validator("threads")
     @classmethod
@@ -51,7 +57,7 @@ class Runtime(Strict):
     @field_validator("device")
     @classmethod
     def _device(cls, device: str) -> str:
-        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+        if not re.fullmatch(DEVICE_PATTERN, device):
             raise ValueError(f"device must be \"auto\", \"cpu\", \"cuda\", \"cuda:N\" or \"mps\", got {device!r}")
         return device
 
@@ -159,6 +165,14 @@ class Experiment(Strict):
     privacy: Privacy | None = None  # no [privacy] table: no protection beyond keeping data at the clients
     # a study whose protocol runs [privacy.audit] sets this (the pain study); others refuse the table
     offers_membership_audit: ClassVar[bool] = False
+
+    @model_validator(mode="after")
+    def _dp_sgd_precision(self) -> "Experiment":
+        if self.privacy is not None and self.privacy.dp_sgd is not None and self.runtime.precision == "fp16":
+            raise ValueError('privacy.dp_sgd: not with runtime.precision = "fp16": its gradient scaler scales the '
+                             "loss, and Opacus's per-example gradients, computed from that scaled backward pass, are "
+                             'not unscaled by it, so clipping would bound the wrong norm; use "bf16" (no scaling) or "fp32"')
+        return self
 
     @model_validator(mode="after")
     def _audit_offered(self) -> "Experiment":

@@ -19,8 +19,9 @@ from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from pydantic import ValidationError
 
-from fedcare.config import ConfigError, Experiment, parse_config
+from fedcare.config import ConfigError, Experiment, Runtime, parse_config
 from fedcare.data.common import DataError
 from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, build_client_app
 from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
@@ -69,6 +70,20 @@ def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
     run_study(config, Path(str(rc["out"])), config_file=name, runtime_factory=runtime)
 
 
+DEVICE_KEY = "device"  # node config: the device this site computes on (`fedcare flower supernode --device`)
+
+
+def site_device(config: Experiment, device: object) -> Experiment:
+    """The experiment with a site's own `[runtime] device` (the SuperNode's --device), if it set one."""
+    if not device:
+        return config
+    try:
+        runtime = Runtime.model_validate({**config.runtime.model_dump(), "device": str(device)})
+    except ValidationError as e:
+        raise ConfigError(f"node config {DEVICE_KEY}: {e.errors()[0]['msg']}") from None
+    return config.model_copy(update={"runtime": runtime})
+
+
 _SITES: dict[tuple, tuple[Site, Study]] = {}  # opened sites, while this process lives: data are read once
 
 
@@ -78,12 +93,13 @@ def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Stud
     if "experiment" not in greeting:
         raise SiteError("this site was not greeted with an experiment (start runs with `fedcare flower run`)")
     name = str(greeting.get("name", "experiment.toml"))
+    node, rc = context.node_config, context.run_config
     try:
-        config = parse_config(str(greeting["experiment"]), name)
+        config = site_device(parse_config(str(greeting["experiment"]), name), node.get(DEVICE_KEY))
         study = check_experiment(config, name)
+        study.compute.apply()  # this site's device: a ConfigError here if the machine does not have it
     except (ConfigError, registry.UnknownStudy) as e:
         raise SiteError(str(e)) from None
-    node, rc = context.node_config, context.run_config
     if SITE_KEY in node:
         site = str(node[SITE_KEY])
     elif PARTITION_ID_KEY in node:  # Flower's Simulation Engine: simulated site i is the protocol's client i
