@@ -216,3 +216,54 @@ def test_run_json_records_device_precision_and_determinism(tmp_path):
     compute = json.loads((out / "run.json").read_text())["compute"]
     assert (compute["device"], compute["precision"], compute["deterministic"]) == ("cpu", "fp32", False)
     assert Compute().reproducible() is None  # the CPU: bit-reproducible, no note
+
+
+def test_deterministic_cuda_sets_torchs_deterministic_algorithms_and_the_cublas_workspace(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    cuda = Compute(torch.device("cuda"), "fp32", deterministic=True)
+    try:
+        cuda.apply()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert __import__("os").environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert cuda.reproducible() is None
+    # without it the report says why a rerun may differ
+    assert "deterministic = true" in Compute(torch.device("cuda"), "fp32", deterministic=False).reproducible()
+    assert Compute(torch.device("cpu"), "bf16").reproducible() is None  # the CPU's kernels are deterministic
+
+
+def test_a_site_chooses_its_own_device_and_a_wrong_one_is_named():
+    from fedcare.deployment.app import site_device
+    from test_fedhealth2_study import small_config
+
+    config = small_config()
+    assert site_device(config, None) is config
+    assert site_device(config, "cpu").runtime.device == "cpu"
+    with pytest.raises(ConfigError, match="node config device"):
+        site_device(config, "gpu0")
+
+
+def test_the_simulation_engine_gets_the_experiments_gpu_share():
+    from fedcare.deployment.cli import with_gpus
+
+    assert with_gpus("num-supernodes=3", 0.25) == "num-supernodes=3 client-resources-num-gpus=0.25"
+    assert with_gpus("num-supernodes=3", 0.0) == "num-supernodes=3"
+    assert with_gpus("client-resources-num-gpus=1", 0.5) == "client-resources-num-gpus=1"  # the user's own kept
+
+
+def test_supernode_device_goes_into_the_node_config_and_an_absent_one_is_refused(tmp_path):
+    from typer.testing import CliRunner
+
+    from fedcare.cli import app
+
+    base = ["flower", "supernode", "--site", "43", "--data-dir", str(tmp_path), "--state-dir", str(tmp_path / "s"),
+            "--insecure", "--no-warm", "--dry-run"]
+    result = CliRunner().invoke(app, [*base, "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert 'device="cpu"' in result.output
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(app, [*base, "--device", "cuda"])
+        assert result.exit_code == 2 and "--device: device 'cuda': this machine has no CUDA GPU" in result.output
+    result = CliRunner().invoke(app, [*base, "--device", "tpu"])
+    assert result.exit_code == 2 and "--device 'tpu'" in result.output
