@@ -13,6 +13,12 @@ FLOPs per step (forward and backward) are counted by torch.utils.flop_counter: t
 the GPU estimate in docs/running-at-scale.md.
 
     python benchmarks/precision.py [--steps 5] [--threads 2] [--models pain alexnet resnet112 resnet128]
+    python benchmarks/precision.py --memory   # no timing: each model's training memory at the papers' batches
+
+`--memory` prints, for the papers' batch sizes (pain 32, AlexNet 128, ResNet-18 64), the
+parameters (weights, gradients and an optimizer's two moments: 4 copies), and the
+activations a training step keeps for backward (counted exactly with autograd's
+saved-tensor hooks), in fp32 and under bf16 autocast.
 """
 
 from __future__ import annotations
@@ -69,14 +75,49 @@ def flops_per_step(model: nn.Module, x: torch.Tensor) -> float:
     return counter.get_total_flops()
 
 
+def saved_bytes(model: nn.Module, x: torch.Tensor, precision: str) -> int:
+    """Bytes of the tensors one forward pass saves for backward (the activations' memory)."""
+    total, seen = 0, set()
+
+    def pack(t: torch.Tensor):
+        nonlocal total
+        key = (t.untyped_storage().data_ptr(), t.dtype)
+        if key not in seen and not isinstance(t, nn.Parameter):
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+        return t
+
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), ctx:
+        model(x).float().sum()
+    return total
+
+
+def memory(names: list[str]) -> None:
+    paper = {"pain": 32, "alexnet": 128, "resnet112": 64, "resnet128": 64}
+    built = models(paper)
+    print(f"{'model':>10} {'batch':>5} {'params MB':>9} {'x4 (w,g,m,v)':>12} {'act. fp32 MB':>12} {'act. bf16 MB':>12}")
+    for name in names:
+        model, shape, _ = built[name]
+        x = torch.rand(shape)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        fp32, bf16 = saved_bytes(model, x, "fp32"), saved_bytes(model, x, "bf16")
+        print(f"{name:>10} {shape[0]:>5} {params / 2**20:>9.1f} {4 * params / 2**20:>12.1f} {fp32 / 2**20:>12.0f} "
+              f"{bf16 / 2**20:>12.0f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=["pain", "alexnet", "resnet112", "resnet128"])
     parser.add_argument("--batch", type=int, nargs=4, default=[32, 32, 32, 32], metavar=("PAIN", "ALEXNET", "R112", "R128"))
+    parser.add_argument("--memory", action="store_true", help="print the training memory at the papers' batches instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.memory:
+        memory(args.models)
+        return
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()}, {args.threads} threads, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")

@@ -20,9 +20,10 @@ KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_IS
                    "MKL_ENABLE_INSTRUCTIONS")
 # the facts that change the arithmetic (the processor's name is for people: two models with the
 # same vector instructions usually, not provably, run the same kernels)
-ARITHMETIC = ("torch", "cpu_kernels", "threads", "machine", "kernel_settings", "device", "device_name", "precision")
+ARITHMETIC = ("torch", "cpu_kernels", "threads", "machine", "kernel_settings", "device", "device_name", "precision",
+              "channels_last")
 # what facts recorded before fedcare had a device setting computed on
-DEFAULTS = {"device": "cpu", "precision": "fp32", "deterministic": False}
+DEFAULTS = {"device": "cpu", "precision": "fp32", "deterministic": False, "channels_last": False}
 
 
 def compute_facts(compute=None) -> dict:
@@ -63,6 +64,8 @@ def describe(facts: dict) -> str:
         text += ", deterministic" if facts.get("deterministic") else ""
     if precision != "fp32":
         text += f", {precision}"
+    if facts.get("channels_last"):
+        text += ", channels-last"
     return text + "".join(f", {k}={v}" for k, v in sorted(settings.items()))
 
 

@@ -98,11 +98,19 @@ class Compute:
     device: torch.device = HOST
     precision: str = "fp32"
     deterministic: bool = False
+    channels_last: bool = False
 
     @staticmethod
     def of(runtime: Any) -> "Compute":
         """From a `[runtime]` table (`fedcare.config.Runtime`); `DeviceUnavailable` if its device is not here."""
-        return Compute(resolve_device(runtime.device), runtime.precision, runtime.deterministic)
+        return Compute(resolve_device(runtime.device), runtime.precision, runtime.deterministic, runtime.channels_last)
+
+    def place(self, model: nn.Module) -> nn.Module:
+        """`model` (built on the host) on this device, in channels-last layout if asked. A batch
+        needs no conversion: a convolution with channels-last weights gives channels-last outputs."""
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        return model.to(self.device)
 
     def apply(self) -> None:
         """Process-wide settings this compute needs: on CUDA with `deterministic`, torch's
@@ -116,6 +124,8 @@ class Compute:
     def facts(self) -> dict:
         """What run.json's `compute` records about it."""
         facts = {"device": str(self.device), "precision": self.precision, "deterministic": self.deterministic}
+        if self.channels_last:
+            facts["channels_last"] = True
         if self.device.type == "cuda":
             facts["device_name"] = torch.cuda.get_device_name(self.device)
         return facts

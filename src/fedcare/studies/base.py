@@ -189,7 +189,7 @@ def _with_private_model(new_model: Callable[..., nn.Module]) -> Callable[..., nn
 
         with torch.device("cpu"):  # built on the host, then moved: the same initial weights on every device
             model = private_model(new_model(self, *args, **kwargs), self.config.privacy)
-        return model.to(self.compute.device)
+        return self.compute.place(model)
 
     return wrapped
 
