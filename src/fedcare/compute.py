@@ -26,15 +26,12 @@ ARITHMETIC = ("torch", "cpu_kernels", "threads", "machine", "kernel_settings", "
 DEFAULTS = {"device": "cpu", "precision": "fp32", "deterministic": False, "channels_last": False}
 
 
-def compute_facts(compute=None) -> dict:
+def compute_facts() -> dict:
     """This process's torch release, the CPU kernels torch dispatches to, its thread count (as
     set now: call after the run's `runtime.threads` is applied), the processor and its
-    architecture, the kernel-selecting environment variables that are set, and the run's device
-    (its name on CUDA), precision and determinism (`compute`: a `fedcare.device.Compute`;
-    None: the CPU in fp32)."""
+    architecture, and the kernel-selecting environment variables that are set. A run adds its
+    device, precision and determinism (`fedcare.device.Compute.facts`)."""
     import torch  # here: a report, which only describes these facts, needs no torch
-
-    from fedcare.device import Compute
 
     return {
         "torch": torch.__version__,
@@ -43,7 +40,6 @@ def compute_facts(compute=None) -> dict:
         "processor": _processor(),
         "machine": platform.machine(),
         "kernel_settings": {k: os.environ[k] for k in KERNEL_SETTINGS if os.environ.get(k)},
-        **(compute or Compute()).facts(),
     }
 
 

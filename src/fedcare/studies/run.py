@@ -88,7 +88,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         resumed = saved is not None
         set_threads(config)
         study.compute.apply()  # an unavailable device stops the run here (a ConfigError naming runtime.device)
-        compute = compute_facts(study.compute)
+        compute = {**compute_facts(), **study.compute.facts()}
         if resumed:
             info = read_run_info(partial)[0]
             started = info.get("started", now())

@@ -84,7 +84,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         answer = {"client": site.client, "site": _site_name(context, site), "summary": site.summary(),
                   "synthetic": bool(site.synthetic),
                   # threads as the experiment set them; the device and precision this site computes in
-                  "compute": compute_facts(getattr(opened[1], "compute", None))}
+                  "compute": {**compute_facts(), **(opened[1].compute.facts() if hasattr(opened[1], "compute") else {})}}
         return Message(RecordDict({HELLO: ConfigRecord({"json": json.dumps(answer)})}), reply_to=msg)
 
     @app.train()
