@@ -43,8 +43,8 @@ class Runtime(Strict):
     # CUDA only: deterministic kernels (torch.use_deterministic_algorithms, cuBLAS workspace),
     # slower; on the CPU fedcare's arithmetic is deterministic anyway
     deterministic: bool = False
-    # conv nets' weights and batches in channels-last layout (NHWC): 1.3-1.5x faster fp32 training
-    # steps on an AVX-512 CPU (benchmarks/precision.py), but other kernels, so other rounding
+    # conv nets' weights in channels-last layout (NHWC): up to 1.5x faster fp32 training steps on an
+    # AVX-512 CPU for some models, slower for others (benchmarks/precision.py); other kernels, other rounding
     channels_last: bool = False
     # Flower's Simulation Engine (`fedcare flower run --federation-config ...`): the GPUs each
     # simulated site reserves in Ray (its client_resources num_gpus; 0.25: four sites per GPU)
