@@ -93,3 +93,18 @@ def test_flower_commands_are_found_in_an_environment_that_was_never_activated(mo
     put_flower_commands_on_path()
     assert shutil.which("flwr") == str(Path(sysconfig.get_path("scripts")) / "flwr")
     assert shutil.which("flower-superlink") is not None
+
+
+@pytest.mark.parametrize("args", [["run", "nope.toml"], ["run", "nope.toml", "--set", "seeds=[1]"], ["resume", "nope"]])
+def test_a_wrong_path_is_reported_before_the_training_stack_is_imported(args, tmp_path):
+    """A mistyped path took 24 s on a loaded machine to report: torch was imported first."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom fedcare.cli import app\n"
+            f"r = CliRunner().invoke(app, {args!r})\n"
+            "print(r.exit_code, 'torch' in sys.modules)\nprint(r.output)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    first, *rest = out.stdout.splitlines()
+    assert first == "2 False", out.stdout + out.stderr
+    assert "error:" in " ".join(rest)

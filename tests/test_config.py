@@ -26,7 +26,7 @@ def test_defaults_are_the_thesis_protocol_and_relative_root_resolves(tmp_path):
 
 
 def test_unknown_key_is_an_error_naming_it(tmp_path):
-    with pytest.raises(ConfigError, match=r"exp.toml: train.learning_rate: Extra inputs"):
+    with pytest.raises(ConfigError, match=r"exp.toml: train.learning_rate: unknown key; known keys here: .*\blr\b"):
         load_config(_write(tmp_path, MINIMAL + "[train]\nlearning_rate = 0.1\n"))
 
 
@@ -72,3 +72,22 @@ def test_shipped_configs_validate():
     for path in paths:
         config = load_config(path)
         assert config.study == path.parent.name
+
+
+def test_a_bad_set_key_is_named_as_given_with_the_nearest_key(tmp_path):
+    """Not the packaged file in pydantic's words: the `--set` it came from and the key meant."""
+    path = _write(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError) as e:
+        load_config(path, ["train.max_round=3"])
+    assert str(e.value) == "--set train.max_round=3: train.max_round: unknown key; did you mean train.max_rounds?"
+    with pytest.raises(ConfigError) as e:
+        load_config(path, ["trian.lr=0.1"])
+    assert str(e.value) == "--set trian.lr=0.1: trian: unknown key; did you mean train?"
+
+
+def test_a_list_given_as_a_scalar_shows_the_list_form(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_config(_write(tmp_path, MINIMAL), ["seeds=1"])
+    assert str(e.value) == "--set seeds=1: seeds: expected a list, e.g. seeds = [1]"
+    with pytest.raises(ConfigError, match=r"exp.toml: methods: expected a list, e.g. methods = \[\"BC\"\]"):
+        load_config(_write(tmp_path, 'methods = "BC"\n[data]\nroot = "unbc"\n'))

@@ -79,12 +79,13 @@ def _stopped(e: BaseException) -> None:
 
 def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_partial: bool) -> Path:
     from fedcare.config import ConfigError, load_config
-    from fedcare.studies.run import Terminated, run_study
 
-    try:
+    try:  # before the training stack is imported: a mistyped path or key is reported at once
         config = load_config(config_path, overrides)
     except ConfigError as e:
         _fail(str(e))
+    from fedcare.studies.run import Terminated, run_study
+
     unique = out is None  # a default name that is taken gets a suffix; a chosen one is an error
     if out is None:
         out = Path("runs") / f"{config_path.stem}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -119,6 +120,8 @@ def resume(
     run_dir: Annotated[Path, typer.Argument(help="The interrupted run's directory (<out>.partial, or <out>).")],
 ) -> None:
     """Continue an interrupted run from its last finished unit; its records end as an uninterrupted run's would."""
+    if not (run_dir.is_dir() or run_dir.with_name(f"{run_dir.name}.partial").is_dir()):  # before importing torch
+        _fail(f"{run_dir}: no such run directory to resume")
     from fedcare.studies.run import Terminated, resume_study
 
     with progress_reporter(console) as report, _stop_on_sigterm():

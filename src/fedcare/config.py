@@ -8,8 +8,11 @@ seeds, methods, `[runtime]` and `[deployment]`.
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
+import types
+import typing
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -202,10 +205,60 @@ def parse_config(text: str, path: Path | str, overrides: list[str] | None = None
     try:
         config = study.config_model.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
-                             for err in e.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(validation_message(e, study.config_model, path, overrides or [])) from None
     return config.relative_to(path.parent)
+
+
+def validation_message(error: ValidationError, model: type[BaseModel], path: Path, overrides: list[str]) -> str:
+    """pydantic's errors as a user reads them: each names where the value came from (the file, or
+    the `--set` that gave it), the dotted key, and the problem in plain words; an unknown key
+    comes with the nearest known one."""
+    set_keys = {a.split("=", 1)[0].strip(): a for a in overrides if "=" in a}
+    problems = []
+    for err in error.errors():
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc) or "(top level)"
+        given = next((a for k, a in set_keys.items() if _nested(key, k) or _nested(k, key)), None)
+        where = f"--set {given}" if given else str(path)
+        problems.append(f"{where}: {key}: {_plain(err, loc, model)}")
+    return "\n".join(problems)
+
+
+def _nested(key: str, table: str) -> bool:
+    """`key` is `table` or lies inside it (`train.lr` in `train`)."""
+    return f"{key}.".startswith(f"{table}.")
+
+
+def _plain(err: Any, loc: list[str], model: type[BaseModel]) -> str:
+    if err["type"] == "extra_forbidden":
+        known = _keys_at(model, loc[:-1])
+        near = difflib.get_close_matches(loc[-1], known, n=1)
+        hint = f"; did you mean {'.'.join([*loc[:-1], near[0]])}?" if near else (
+            f"; known keys here: {', '.join(sorted(known))}" if known else "")
+        return f"unknown key{hint}"
+    if err["type"] == "list_type" and not isinstance(err.get("input"), (list, dict)):
+        return f"expected a list, e.g. {loc[-1]} = [{_toml_value(err['input'])}]"
+    return err["msg"]
+
+
+def _keys_at(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """The keys a table at `loc` of `model` accepts (empty when it is not a model's table)."""
+    for part in loc:
+        field = model.model_fields.get(part)
+        inner = _model_in(field.annotation) if field is not None else None
+        if inner is None:
+            return []
+        model = inner
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (`X`, `X | None`, `Optional[X]`), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return next((m for m in map(_model_in, typing.get_args(annotation)) if m is not None), None)
+    return None
 
 
 LAST_TABLES = ("runtime", "deployment")  # written after the study's own tables
