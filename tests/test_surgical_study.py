@@ -379,7 +379,9 @@ def _fails_cleanly(result, *needles: str) -> None:
         assert needle in flat, result.output
 
 
-def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path):
+def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the demo's decoded frames stay in its run directory
+    monkeypatch.delenv("FEDCARE_CACHE", raising=False)
     runner = CliRunner()
     listed = runner.invoke(app, ["demo", "--help"])
     assert listed.exit_code == 0 and "surgical" in listed.output
@@ -394,6 +396,8 @@ def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path):
     assert "Table 6.1" in result.output
     assert json.loads((tmp_path / "demo" / "run.json").read_text())["synthetic"] is True
     assert (tmp_path / "demo" / "synthetic-data" / "cholec80").is_dir()
+    assert any((tmp_path / "demo" / "frame-cache").rglob("*")) and not (tmp_path / "home" / ".cache" / "fedcare").exists()
+    assert "<th>Run directory</th><td>demo</td>" in (tmp_path / "demo" / "report.html").read_text()
 
 
 def test_bad_input_is_one_line_naming_the_file(synth, cache, tmp_path):
