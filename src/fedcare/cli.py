@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 from collections.abc import Iterator
@@ -65,7 +66,8 @@ def _stopped(e: BaseException) -> None:
     from fedcare.studies.run import Terminated, stop_note
 
     note = stop_note(e)
-    if isinstance(e, KeyboardInterrupt):
+    if isinstance(e, KeyboardInterrupt):  # SIGINT: Ctrl-C, or one a library raised in this process (OpenBLAS
+        # does when it cannot create its threads, after an "OpenBLAS blas_thread_init" line): Python cannot tell which
         _fail(f"interrupted (Ctrl-C)\n{note}", 130)
     if isinstance(e, Terminated):
         _fail(f"stopped (SIGTERM)\n{note}", 143)
@@ -179,6 +181,9 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by
 
 
 def main() -> None:  # pragma: no cover - console entry point
+    # a crash in native code (a segfault in an OpenMP or BLAS library, an abort) prints where
+    # Python was before the process dies by its signal: never a silent exit
+    faulthandler.enable()
     app(prog_name="fedcare")
 
 
