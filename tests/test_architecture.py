@@ -49,7 +49,7 @@ def test_no_module_outside_a_study_imports_that_study():
             if rel.parts[:2] == ("studies", study):
                 continue
             assert not [m for m in imports_of(path) if m.startswith(f"fedcare.studies.{study}")], (rel, study)
-    assert set(STUDY_PACKAGES) == {"pain", "fedhealth2", "surgical", "facerec"}
+    assert set(STUDY_PACKAGES) == {"pain", "fedhealth2", "surgical", "facerec", "privacy_audit"}
     assert "fedcare.studies.pain" in (SRC / "studies" / "registry.py").read_text()  # named there, as a string
 
 

@@ -68,7 +68,7 @@ def test_resolved_config_round_trips(tmp_path):
 def test_shipped_configs_validate():
     root = Path(__file__).parents[1] / "configs"
     paths = sorted(root.glob("*/*.toml"))
-    assert {p.parent.name for p in paths} == {"pain", "fedhealth2", "surgical", "facerec"}
+    assert {p.parent.name for p in paths} == {"pain", "fedhealth2", "surgical", "facerec", "privacy_audit"}
     for path in paths:
         config = load_config(path)
         assert config.study == path.parent.name
