@@ -17,6 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+# OpenCV's loader puts back a copy of sys.path taken before it ran (cv2/__init__.py), dropping
+# what another thread added meanwhile. On Flower's Simulation Engine the main thread imports Ray
+# as soon as this module is loaded, and Ray adds its vendored packages (colorama, psutil) to
+# sys.path, while the ServerApp thread imports the study and its data modules (cv2): loaded
+# there, OpenCV could erase Ray's entry in mid-import (ModuleNotFoundError: colorama). Loaded
+# here, it is done before Flower starts Ray (Flower loads the app before its Ray backend).
+import cv2  # noqa: F401
 import torch
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
