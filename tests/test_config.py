@@ -2,7 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from fedcare.config import ConfigError, load_config, to_toml
+from fedcare.config import ConfigError, to_toml
+
+from fedcare.studies.load import load_config
 
 MINIMAL = """
 methods = ["F(C)"]

@@ -14,7 +14,8 @@ from flower_inprocess import run_experiment_on_flower
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import ConfigError, load_config
+from fedcare.config import ConfigError
+from fedcare.studies.load import load_config
 from fedcare.studies import registry
 from fedcare.studies.run import run_study
 

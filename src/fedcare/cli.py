@@ -78,7 +78,8 @@ def _stopped(e: BaseException) -> None:
 
 
 def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_partial: bool) -> Path:
-    from fedcare.config import ConfigError, load_config
+    from fedcare.config import ConfigError
+    from fedcare.studies.load import load_config
     from fedcare.studies.run import Terminated, run_study
 
     try:
