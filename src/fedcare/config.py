@@ -3,8 +3,9 @@
 Every experiment names its study (`study = "pain"`, the default for files that do not say)
 and is validated by that study's config model, which the study registry holds
 (`fedcare.studies.load` reads a file and finds it there). What every study's config has is
-`Experiment` below: title, seeds, methods, `[train]`, `[runtime]` and `[deployment]`; the
-options of local training that several studies have are named and typed once here (`Train`).
+`Experiment` below: title, seeds, methods, `[runtime]` and `[deployment]`; a study's `[train]`
+extends `Train`, and the options of local training that several studies have are named and
+typed once here.
 """
 
 from __future__ import annotations
@@ -148,7 +149,6 @@ class Experiment(Strict):
     study: str
     seeds: list[int] = Field(min_length=1)
     methods: list[str] = Field(min_length=1)
-    train: Train = Train()
     runtime: Runtime = Runtime()
     deployment: Deployment = Deployment()
     privacy: Privacy | None = None  # no [privacy] table: no protection beyond keeping data at the clients
