@@ -142,3 +142,8 @@ def test_every_shipped_config_written_with_the_old_names_resolves_to_the_same_va
         renamed_some += old != tomllib.loads(path.read_text())
         assert validate(type(config), old, path) == config, path
     assert renamed_some >= 2  # fedhealth2's pamap2 and xray configs give FedProx's mu
+
+
+def test_an_old_name_beside_a_new_table_that_is_not_a_table_is_an_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"exp.toml: train: Input should be a valid dictionary"):
+        load_config(_write(tmp_path, 'train = 3\n' + FEDHEALTH2 + "[options]\nfedprox_mu = 0.1\n"))

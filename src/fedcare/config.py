@@ -214,11 +214,13 @@ def move_renamed(raw: dict[str, Any], renamed: Mapping[str, str], source: str | 
             node, path = node[table], [*path, table]
         if path != old_tables or old_key not in node:
             continue
-        value = node.pop(old_key)
         target = raw
         for table in new_tables:
-            target[table] = dict(target.get(table) or {})
+            if not isinstance(target.get(table, {}), dict):
+                return raw  # not a table: validation names it
+            target[table] = dict(target.get(table, {}))
             target = target[table]
+        value = node.pop(old_key)
         if new_key in target:
             raise ValueError(f"{old} and {new} are one option ({old} is its old name): give {new} only")
         target[new_key] = value
