@@ -306,7 +306,8 @@ def test_a_global_testing_site_holds_every_clients_test_images_as_its_impostor_p
 
 
 def test_protocol_impostors_is_checked_and_named_in_one_line(tmp_path):
-    from fedcare.config import ConfigError, load_config, to_toml
+    from fedcare.config import ConfigError, to_toml
+    from fedcare.studies.load import load_config
 
     config = small_config(Path("celeba"), Path("cache"))
     assert config.protocol.impostors == "local"

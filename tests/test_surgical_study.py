@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from fedcare.algorithms.messages import Message
 from fedcare.cli import app
-from fedcare.config import ConfigError, load_config, to_toml
+from fedcare.config import ConfigError, to_toml
+from fedcare.studies.load import load_config
 from fedcare.data.surgical import TOOLS, FrameCache, thesis_clients
 from fedcare.data.synthetic.surgical import generate_surgical
 from fedcare.deployment.app import check_experiment

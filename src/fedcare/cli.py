@@ -80,7 +80,8 @@ def _stopped(e: BaseException) -> None:
 
 
 def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_partial: bool) -> Path:
-    from fedcare.config import ConfigError, load_config
+    from fedcare.config import ConfigError
+    from fedcare.studies.load import load_config
 
     try:  # before the training stack is imported: a mistyped path or key is reported at once
         config = load_config(config_path, overrides)

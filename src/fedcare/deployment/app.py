@@ -28,7 +28,7 @@ import torch
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedcare.config import ConfigError, Experiment, parse_config
+from fedcare.config import ConfigError, Experiment
 from fedcare.data.common import DataError
 from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, build_client_app
 from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
@@ -36,6 +36,7 @@ from fedcare.runtime.flower.runtime import FlowerRuntime
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study
+from fedcare.studies.load import parse_config
 from fedcare.studies.run import run_study
 
 server_app = ServerApp()

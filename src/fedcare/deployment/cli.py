@@ -240,8 +240,9 @@ def run_command(
     federation_config: Annotated[Optional[str], typer.Option(help="Simulation only: passed to flwr run, e.g. 'num-supernodes=3'.")] = None,
 ) -> None:
     """Researcher: run an experiment across the sites, wait for it, fail unless it completed."""
-    from fedcare.config import ConfigError, load_config, to_toml
+    from fedcare.config import ConfigError, to_toml
     from fedcare.deployment.app import check_experiment
+    from fedcare.studies.load import load_config
 
     try:
         experiment = load_config(config, set_)
