@@ -32,7 +32,7 @@ import numpy as np
 from sklearn.metrics import f1_score, roc_auc_score
 
 from fedcare.algorithms.training import ClientData, predict
-from fedcare.config import load_config
+from fedcare.studies.load import load_config
 from fedcare.evaluation.statistics import read_records
 from fedcare.studies import registry
 from fedcare.studies.pain.cohort import VARIANTS_PER_FRAME

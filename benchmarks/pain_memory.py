@@ -42,7 +42,7 @@ def main() -> None:
     import torch
 
     from fedcare.algorithms.training import as_float
-    from fedcare.config import load_config
+    from fedcare.studies.load import load_config
     from fedcare.models.pain_cnn import PainCNN
     from fedcare.studies.pain.cohort import PainSite, pretraining_sets, read_cohort
     from fedcare.studies.pain.methods import eval_batch_size

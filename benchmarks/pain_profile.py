@@ -205,7 +205,7 @@ def main() -> None:
 
     import fedcare.studies.pain.study as pain_study
     from fedcare.algorithms import training
-    from fedcare.config import load_config
+    from fedcare.studies.load import load_config
     from fedcare.studies import run as run_module
     from fedcare.studies.pain.cohort import FrameItems
     from fedcare.studies.pain.methods import eval_batch_size

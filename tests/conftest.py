@@ -47,3 +47,11 @@ def pain_reference(pain_cohort, tmp_path_factory) -> list[dict]:
     expected = records(run, "client_eval", "round")
     assert {r["method"] for r in expected} == {"F(N)", "FP(N)"} and len(expected) > 10
     return expected
+
+
+def pytest_configure(config):
+    # The README's test command runs `.venv/bin/python -m pytest` in an environment that is not
+    # activated: the tests that start `flwr` themselves find it as fedcare's own commands do.
+    from fedcare.deployment.cli import put_flower_commands_on_path
+
+    put_flower_commands_on_path()

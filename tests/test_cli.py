@@ -1,8 +1,10 @@
 """The command line as a user types it."""
 
 import json
+from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from fedcare.cli import app
@@ -51,3 +53,58 @@ def test_synth_then_summary(tmp_path):
     result = CliRunner().invoke(app, ["data", "summary", "unbc", str(out), "--json"])
     summary = json.loads(result.stdout)
     assert summary["synthetic"] is True and summary["subjects"] == 2 and summary["problems"] == []
+
+
+def _commands(command, path=()):
+    """Every command of the app tree with its path of names."""
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def _words(text: str) -> str:
+    return " ".join(text.replace("│", " ").split())
+
+
+@pytest.mark.parametrize("path", [p for p, _ in _commands(typer.main.get_command(app))], ids=lambda p: " ".join(p) or "fedcare")
+def test_every_arguments_and_options_help_text_is_shown_whole(path):
+    """Positional arguments' help disappears with typer<0.21 on click 8.5 (pyproject.toml bounds
+    both); help text with brackets is eaten as console markup unless escaped."""
+    command = dict(_commands(typer.main.get_command(app)))[path]
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "2000", "NO_COLOR": "1"}, terminal_width=2000)
+    assert result.exit_code == 0, result.output
+    shown = _words(result.output)
+    for param in command.params:
+        text = getattr(param, "help", None)
+        if text and not getattr(param, "hidden", False):
+            assert _words(text.replace("\\[", "[")) in shown, (path, param.name)
+
+
+def test_flower_commands_are_found_in_an_environment_that_was_never_activated(monkeypatch):
+    """`.venv/bin/fedcare flower run` (and `.venv/bin/python -m pytest`) start `flwr`, which is
+    beside the interpreter but not on the PATH of a shell that did not activate the venv."""
+    import shutil
+    import sysconfig
+
+    from fedcare.deployment.cli import put_flower_commands_on_path
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert shutil.which("flower-superlink") is None
+    put_flower_commands_on_path()
+    assert shutil.which("flwr") == str(Path(sysconfig.get_path("scripts")) / "flwr")
+    assert shutil.which("flower-superlink") is not None
+
+
+@pytest.mark.parametrize("args", [["run", "nope.toml"], ["run", "nope.toml", "--set", "seeds=[1]"], ["resume", "nope"]])
+def test_a_wrong_path_is_reported_before_the_training_stack_is_imported(args, tmp_path):
+    """A mistyped path took 24 s on a loaded machine to report: torch was imported first."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom fedcare.cli import app\n"
+            f"r = CliRunner().invoke(app, {args!r})\n"
+            "print(r.exit_code, 'torch' in sys.modules)\nprint(r.output)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    first, *rest = out.stdout.splitlines()
+    assert first == "2 False", out.stdout + out.stderr
+    assert "error:" in " ".join(rest)

@@ -306,7 +306,8 @@ def test_a_global_testing_site_holds_every_clients_test_images_as_its_impostor_p
 
 
 def test_protocol_impostors_is_checked_and_named_in_one_line(tmp_path):
-    from fedcare.config import ConfigError, load_config, to_toml
+    from fedcare.config import ConfigError, to_toml
+    from fedcare.studies.load import load_config
 
     config = small_config(Path("celeba"), Path("cache"))
     assert config.protocol.impostors == "local"
@@ -336,3 +337,21 @@ def test_global_testing_end_to_end_changes_only_the_impostor_side(celeba, tmp_pa
     assert all(0 <= glob[k]["tar_global"] <= 1 and 0 <= glob[k]["tar_tuned"] <= 1 for k in scored)
     assert json.loads((run / "run.json").read_text())["impostors"] == "global"
     assert "any client's test split (global testing)" in (run / "report.html").read_text()
+
+
+def test_paired_tests_on_too_few_pairs_are_marked_as_meaningless():
+    """The demo's face report printed p = 0.030 from 2 pairs; below MIN_PAIRS every p is marked."""
+    import random
+
+    from fedcare.studies.facerec.report import MIN_PAIRS, Scores, tables
+
+    def evals(runs: int) -> list[dict]:
+        rng = random.Random(runs)
+        return [{"method": m, "seed": seed, "path": 1, "client": c, "tar_global": rng.random(), "tar_tuned": rng.random()}
+                for m in ("a", "b") for seed in range(runs) for c in (1, 2)]
+
+    few = tables(Scores(evals(2), unseen=set()))["tests"]
+    assert few.rows and all(row[3] == "2" and row[4].endswith("(too few pairs)") for row in few.rows)
+    assert "too few pairs" in few.caption
+    enough = tables(Scores(evals(MIN_PAIRS), unseen=set()))["tests"]
+    assert all(row[3] == str(MIN_PAIRS) and "too few" not in row[4] + row[5] for row in enough.rows)

@@ -34,6 +34,53 @@ def _processes_with(*words: str) -> list[int]:
     return pids
 
 
+# In flwr-simulation, Flower loads the app (its ServerApp thread, and its main thread for the
+# ClientApp, one after the other under Flower's import lock), then imports Ray on the main thread
+# (vce_api.start_vce -> run_api -> backend_fn), whose first act is
+# sys.path.insert(0, <ray>/thirdparty_files), while the ServerApp thread goes on and imports the
+# study. The stand-in for Ray's thread below adds a fresh sys.path entry at every import from then
+# on (any of them could be the moment Ray's insertion lands) and records the ones that vanish.
+RAY_IMPORTING_MEANWHILE = """
+import sys
+from flwr.supercore.object_ref import load_app
+
+load_app("fedcare.deployment.app:server_app", ValueError)
+load_app("fedcare.deployment.app:client_app", ValueError)
+
+class RayImportingMeanwhile:
+    entry = during = None
+    lost = []
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if cls.entry is not None:
+            if cls.entry in sys.path:
+                sys.path.remove(cls.entry)
+            else:
+                cls.lost.append(cls.during)
+        cls.entry, cls.during = f"/ray/thirdparty_files/added-while-importing-{name}", name
+        sys.path.insert(0, cls.entry)
+        return None
+
+sys.meta_path.insert(0, RayImportingMeanwhile)
+from fedcare.studies import registry
+for study in registry.BUILT_IN:
+    registry.get(study)
+RayImportingMeanwhile.find_spec("end")
+print("dropped sys.path entries added while importing:", RayImportingMeanwhile.lost)
+sys.exit(1 if RayImportingMeanwhile.lost else 0)
+"""
+
+
+def test_the_serverapp_threads_imports_keep_the_path_ray_adds_meanwhile():
+    """The flake `ModuleNotFoundError: No module named 'colorama'` (then Exit Code 700): OpenCV's
+    loader puts back a copy of sys.path taken before it ran, erasing Ray's vendored packages'
+    entry when Ray's import on the main thread lands in between. Fresh interpreter: cv2 not loaded."""
+    proc = subprocess.run([sys.executable, "-c", RAY_IMPORTING_MEANWHILE], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "FLWR_TELEMETRY_ENABLED": "0"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 @pytest.mark.timeout(900)
 def test_flwr_run_on_a_local_simulation_federation_equals_the_simulator(tmp_path, pain_cohort, pain_reference):
     cohort = pain_cohort

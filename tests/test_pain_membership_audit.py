@@ -12,7 +12,8 @@ from test_pain_study import small_config
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import ConfigError, MembershipAudit, Privacy, Runtime, load_config
+from fedcare.config import ConfigError, MembershipAudit, Privacy, Runtime
+from fedcare.studies.load import load_config
 from fedcare.seeding import numpy_rng
 from fedcare.studies.pain.audit import membership_items
 from fedcare.studies.pain.cohort import PainSite, balance_items, items_data, read_cohort

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import load_config
+from fedcare.studies.load import load_config
 from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
 from fedcare.studies.pain.cohort import PainDataError

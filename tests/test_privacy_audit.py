@@ -54,34 +54,3 @@ def test_scores_by_hand():
     with pytest.raises(ValueError, match="members and non-members"):
         attack_scores(np.array([]), np.array([0.1]))
 
-
-def test_privacy_demo_command_writes_its_table(tmp_path, monkeypatch):
-    """`fedcare demo --privacy`, shrunk to two cases of one round and a few inversion steps:
-    the tables, their files and the inversion's picture."""
-    from typer.testing import CliRunner
-
-    import fedcare.privacy.demo as demo
-    from fedcare.cli import app
-
-    monkeypatch.setattr(demo, "ROUNDS", 1)
-    monkeypatch.setattr(demo, "METHODS", {"local": demo.METHODS["local"]})
-    monkeypatch.setattr(demo, "PRIVACY", {"none": None, "DP sigma=1.5": 1.5})
-    monkeypatch.setattr(demo, "INVERSION", demo.InversionSettings(steps=2))
-    result = CliRunner().invoke(app, ["demo", "--privacy", "--out", str(tmp_path / "p")])
-    assert result.exit_code == 0, result.output
-    assert "| none | local | inf |" in result.output and "| DP sigma=1.5 | local |" in result.output
-    import json
-
-    rows = json.loads((tmp_path / "p" / "privacy_audit.json").read_text())["rows"]
-    assert rows[0]["epsilon"] == float("inf") and 0 < rows[1]["epsilon"] < float("inf")
-    assert all(0 <= r["own_auc"] <= 1 for r in rows)
-    assert (tmp_path / "p" / "privacy_audit.csv").is_file()
-    assert "Gradient inversion" in result.output and "inversion.png" in result.output
-    inversion = json.loads((tmp_path / "p" / "privacy_inversion.json").read_text())["rows"]
-    assert inversion[0]["case"].startswith("baseline") and len(inversion) == 6
-    assert (tmp_path / "p" / "inversion.png").is_file() and (tmp_path / "p" / "privacy_inversion.md").is_file()
-    page = (tmp_path / "p" / "report.html").read_text()  # one page: both tables and the picture inline
-    assert "Membership inference (loss attack)" in page and "Gradient inversion of one client" in page
-    assert page.count("data:image/png;base64,") == 1 and "SYNTHETIC" in page.upper()
-    again = CliRunner().invoke(app, ["demo", "--privacy", "--out", str(tmp_path / "p")])
-    assert again.exit_code == 2 and "already exists" in again.output

@@ -1,6 +1,7 @@
-"""The gradient-inversion attack (fedcare.privacy.inversion): it recovers what a plain gradient
-holds, recovers nothing from a drowned one, observes exactly PFDL's shared tensors, and
-gives the same numbers run after run."""
+"""The gradient-inversion attack (fedcare.privacy.inversion) and the privacy audit study's cases
+(fedcare.studies.privacy_audit.inversion): it recovers what a plain gradient holds, recovers
+nothing from a drowned one, observes exactly PFDL's shared tensors, and gives the same numbers
+run after run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from fedcare.config import DPSGD
 from fedcare.models.pain_cnn import PainCNN
 from fedcare.privacy import inversion as inv
 from fedcare.seeding import torch_generator
+from fedcare.studies.privacy_audit import inversion as cases
+from fedcare.studies.privacy_audit.data import synthetic_frames
+from fedcare.studies.privacy_audit.report import inversion_picture
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +41,7 @@ TINY = inv.InversionSettings(steps=60, batch=1, image_size=16)
 
 @pytest.fixture(scope="module")
 def frames():
-    return inv.synthetic_frames(2, 16, seed=0)
+    return synthetic_frames(2, 16, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +109,10 @@ def test_conv_only_observes_exactly_pfdls_shared_parameters():
     assert set(names) == set(sent) & parameters
     assert names and all(n.startswith("features.") for n in names)
     assert not any(n.startswith("classifier.") for n in names)
-    case = next(c for c in inv.CASES if c.observed == "conv-only")
+    case = next(c for c in cases.CASES if c.observed == "conv-only")
     x, y = torch.rand(2, 1, 32, 32), torch.tensor([0.0, 1.0])
     settings = inv.InversionSettings(steps=1)
-    _, _, observed = inv.attack_case(case, x, y, settings, seed=0)
+    _, _, observed = cases.attack_case(case, x, y, settings, seed=0)
     assert observed == len(names)
 
 
@@ -119,18 +123,17 @@ def test_match_undoes_the_order():
     assert scores.ssim > 0.99
 
 
-def test_the_cases_are_deterministic_and_drawn(frames, tmp_path):
+def test_the_cases_are_deterministic_and_drawn(frames):
     """Same seed, same reconstructions (the dummy start and DP-SGD's noise are seeded)."""
     x, y = frames
     settings = inv.InversionSettings(steps=3, batch=2, image_size=16)
-    rows, recons = [], {}
-    for case in (inv.CASES[0], next(c for c in inv.CASES if c.observed == "dp-sgd")):
-        first, scores, _ = inv.attack_case(case, x, y, settings, seed=0)
-        second, again, _ = inv.attack_case(case, x, y, settings, seed=0)
+    rows = []
+    for case in (cases.CASES[0], next(c for c in cases.CASES if c.observed == "dp-sgd")):
+        first, scores, _ = cases.attack_case(case, x, y, settings, seed=0)
+        second, again, _ = cases.attack_case(case, x, y, settings, seed=0)
         assert torch.equal(first, second) and scores == again
-        label = inv.case_label(case, settings)
-        rows.append({"case": label, "psnr": scores.psnr, "ssim": scores.ssim})
-        recons[label] = first
+        rows.append({"seed": 0, "case": cases.case_label(case, settings), "psnr": scores.psnr, "ssim": scores.ssim,
+                     "images": first[:, 0].tolist()})
     assert "sigma=1" in rows[1]["case"]
-    path = inv.save_picture(tmp_path / "inversion.png", x, rows, recons)
-    assert path.stat().st_size > 1000
+    picture = inversion_picture(rows, {"seed": 0, "images": x[:, 0].tolist()})
+    assert picture.startswith(b"\x89PNG") and len(picture) > 1000

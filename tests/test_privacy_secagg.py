@@ -196,7 +196,8 @@ def test_client_level_dp_and_secure_aggregation_are_refused_together():
 
 
 def test_the_surgical_study_refuses_secure_aggregation_in_its_config(tmp_path):
-    from fedcare.config import ConfigError, load_config
+    from fedcare.config import ConfigError
+    from fedcare.studies.load import load_config
 
     path = tmp_path / "surgical.toml"
     path.write_text('study = "surgical"\nmethods = ["fedavg"]\n[data.synthetic]\n[privacy.secure_aggregation]\n')

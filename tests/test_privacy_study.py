@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import DPSGD, Privacy, load_config
+from fedcare.config import DPSGD, Privacy
+from fedcare.studies.load import load_config
 from fedcare.studies.run import run_study
 from test_study_registry import records, toy, toy_both_ways, write_experiment  # noqa: F401 (toy is a fixture)
 

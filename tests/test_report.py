@@ -199,3 +199,20 @@ def test_no_f1_finding_when_the_trained_method_beats_random(tmp_path):
     build_report(tmp_path)
     assert summary_markdown(tmp_path) == format_summary_markdown(summary_rows(tmp_path))
     assert (tmp_path / "tables" / "f1_threshold.md").exists()
+
+
+def test_the_run_table_names_the_finished_directory_and_labels_every_key():
+    """Surgical and face reports are written in `<out>.partial` just before the rename: the Run
+    table names `<out>` (run.json's run_dir) and labels run.json's keys instead of printing them raw."""
+    from fedcare.report.html import facts_table
+
+    info = {"run_dir": "demo-surgical-1", "study": "surgical", "fedcare_version": "0.2.0", "training_seconds": 12.5,
+            "frame_size": 64, "status": "finished"}
+    html = facts_table(info, "demo-surgical-1.partial", [("study", "Study")])
+    assert "<th>Run directory</th><td>demo-surgical-1</td>" in html
+    assert ".partial" not in html
+    for raw in ("fedcare_version", "training_seconds", "frame_size", "run_dir"):
+        assert f"<th>{raw}</th>" not in html
+    for label, value in (("fedcare version", "0.2.0"), ("Training time (s)", "12.5"), ("Frame size", "64"),
+                         ("Status", "finished")):
+        assert f"<th>{label}</th><td>{value}</td>" in html

@@ -17,7 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.config import ConfigError, load_config, to_toml
+from fedcare.config import ConfigError, to_toml
+from fedcare.studies.load import load_config
 from fedcare.data.synthetic.pain import generate_pain_cohort
 from fedcare.studies import run as run_module
 from fedcare.studies.checkpoint import CHECKPOINT_FILE

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from fedcare.algorithms.messages import Message
 from fedcare.cli import app
-from fedcare.config import ConfigError, load_config, to_toml
+from fedcare.config import ConfigError, to_toml
+from fedcare.studies.load import load_config
 from fedcare.data.surgical import TOOLS, FrameCache, thesis_clients
 from fedcare.data.synthetic.surgical import generate_surgical
 from fedcare.deployment.app import check_experiment
@@ -379,7 +380,9 @@ def _fails_cleanly(result, *needles: str) -> None:
         assert needle in flat, result.output
 
 
-def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path):
+def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the demo's decoded frames stay in its run directory
+    monkeypatch.delenv("FEDCARE_CACHE", raising=False)
     runner = CliRunner()
     listed = runner.invoke(app, ["demo", "--help"])
     assert listed.exit_code == 0 and "surgical" in listed.output
@@ -394,6 +397,8 @@ def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path):
     assert "Table 6.1" in result.output
     assert json.loads((tmp_path / "demo" / "run.json").read_text())["synthetic"] is True
     assert (tmp_path / "demo" / "synthetic-data" / "cholec80").is_dir()
+    assert any((tmp_path / "demo" / "frame-cache").rglob("*")) and not (tmp_path / "home" / ".cache" / "fedcare").exists()
+    assert "<th>Run directory</th><td>demo</td>" in (tmp_path / "demo" / "report.html").read_text()
 
 
 def test_bad_input_is_one_line_naming_the_file(synth, cache, tmp_path):
@@ -416,10 +421,11 @@ def test_bad_input_is_one_line_naming_the_file(synth, cache, tmp_path):
     _fails_cleanly(runner.invoke(app, ["run", str(bad)]), "methods.0")
 
 
-def test_the_readme_documents_every_config_key():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Config options (surgical study)"):]
-    section = section[:section.index("\n## ")]
+def test_the_study_page_documents_every_config_key():
+    page = (Path(__file__).parents[1] / "docs" / "studies" / "surgical.md").read_text()
+    section = page[page.index("\n## Config options\n"):]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
     for table, model in (("data", SurgicalData), ("model", SurgicalModel), ("train", SurgicalTrain)):
         for key in model.model_fields:
             if key != "synthetic":

@@ -139,3 +139,17 @@ def test_dropout_and_data_dependent_losses_are_refused():
         train_stacked(dropout, [dropout.state_dict()], [cohort()[0]], SETTINGS, [torch.Generator()])
     weighted = TrainSettings(task=MULTICLASS, loss=lambda data: (lambda model, x, y: model(x).sum()))
     assert "depends on the client's data" in vectorisable(weighted, har_model())
+
+
+def test_what_is_batched_is_what_the_client_half_declares():
+    """PFDL declares its fine-tuning (epochs, lr); FedAvg none; a wrapper around PFDL (it may
+    change any operation) declares neither its fit nor its fine-tuning, and runs client by client."""
+    from fedcare.algorithms.base import DelegatingClient
+
+    finetune = pfdl(SETTINGS, finetune_epochs=3, lr_factor=5.0).client.batched_finetune()
+    assert (finetune.epochs, finetune.lr) == (3, SETTINGS.lr / 5.0)
+    assert fedavg(SETTINGS).client.batched_finetune() is None and fedavg(SETTINGS).client.batched_fit()
+    wrapped = DelegatingClient(pfdl(SETTINGS).client)
+    assert wrapped.batched_finetune() is None and not wrapped.batched_fit()
+    clients = VectorisedClients(har_model(), wrapped, 0)
+    assert clients.finetune is None and clients.why_not == "DelegatingClient trains by its own fit"

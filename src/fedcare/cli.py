@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 from collections.abc import Iterator
@@ -65,7 +66,8 @@ def _stopped(e: BaseException) -> None:
     from fedcare.studies.run import Terminated, stop_note
 
     note = stop_note(e)
-    if isinstance(e, KeyboardInterrupt):
+    if isinstance(e, KeyboardInterrupt):  # SIGINT: Ctrl-C, or one a library raised in this process (OpenBLAS
+        # does when it cannot create its threads, after an "OpenBLAS blas_thread_init" line): Python cannot tell which
         _fail(f"interrupted (Ctrl-C)\n{note}", 130)
     if isinstance(e, Terminated):
         _fail(f"stopped (SIGTERM)\n{note}", 143)
@@ -78,13 +80,15 @@ def _stopped(e: BaseException) -> None:
 
 
 def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_partial: bool) -> Path:
-    from fedcare.config import ConfigError, load_config
-    from fedcare.studies.run import Terminated, run_study
+    from fedcare.config import ConfigError
+    from fedcare.studies.load import load_config
 
-    try:
+    try:  # before the training stack is imported: a mistyped path or key is reported at once
         config = load_config(config_path, overrides)
     except ConfigError as e:
         _fail(str(e))
+    from fedcare.studies.run import Terminated, run_study
+
     unique = out is None  # a default name that is taken gets a suffix; a chosen one is an error
     if out is None:
         out = Path("runs") / f"{config_path.stem}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -119,6 +123,8 @@ def resume(
     run_dir: Annotated[Path, typer.Argument(help="The interrupted run's directory (<out>.partial, or <out>).")],
 ) -> None:
     """Continue an interrupted run from its last finished unit; its records end as an uninterrupted run's would."""
+    if not (run_dir.is_dir() or run_dir.with_name(f"{run_dir.name}.partial").is_dir()):  # before importing torch
+        _fail(f"{run_dir}: no such run directory to resume")
     from fedcare.studies.run import Terminated, resume_study
 
     with progress_reporter(console) as report, _stop_on_sigterm():
@@ -129,20 +135,28 @@ def resume(
     _print_summary(done)
 
 
+PRIVACY_STUDY = "privacy_audit"  # what `fedcare demo --privacy` runs
+
+
 @app.command()
 def demo(
-    study: Annotated[str, typer.Argument(help=f"The study to run on generated synthetic data: {', '.join(registry.names())} "
-                                              "(default pain).")] = "pain",
+    study: Annotated[Optional[str], typer.Argument(help=f"The study to run on generated synthetic data: "
+                                                        f"{', '.join(registry.names())} (default pain).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/demo-<study>-<time>).")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override a key of the demo config (repeatable).")] = [],
-    privacy: Annotated[bool, typer.Option("--privacy", help="Instead of a study: DP-SGD's epsilon, a membership "
-                                                            "attack on FedAvg, PFDL, FedBN and local, and gradient "
-                                                            "inversion of one update of the pain CNN (minutes).")] = False,
+    privacy: Annotated[bool, typer.Option("--privacy", help=f"The same as `fedcare demo {PRIVACY_STUDY}`: DP-SGD's "
+                                                            "epsilon, a membership attack on FedAvg, PFDL, FedBN and "
+                                                            "local, and gradient inversion of one update of the pain "
+                                                            "CNN (minutes).")] = False,
 ) -> None:
     """A complete study on built-in synthetic data in minutes (pain by default)."""
     if privacy:
-        _privacy_demo(out)
-        return
+        if study not in (None, PRIVACY_STUDY):
+            _fail(f"--privacy runs the {PRIVACY_STUDY} study and cannot be combined with the study {study!r}: "
+                  f"run `fedcare demo {study}` or `fedcare demo {PRIVACY_STUDY}`")
+        console.print(f"fedcare demo --privacy is the same as `fedcare demo {PRIVACY_STUDY}`.", highlight=False)
+        study = PRIVACY_STUDY
+    study = study or registry.DEFAULT_STUDY
     if study not in registry.names():
         _fail(f"unknown demo {study!r}: choose one of {', '.join(registry.names())}")
     config = registry.get(study).demo_config()
@@ -152,21 +166,6 @@ def demo(
         out = Path("runs") / f"demo-{study}-{datetime.now():%Y%m%d-%H%M%S}"
     console.print(f"[bold]fedcare demo {study}[/]: generating synthetic data and running the study.")
     _print_summary(_run(config, set_, out, keep_partial=False))
-
-
-def _privacy_demo(out: Optional[Path]) -> None:
-    from fedcare.privacy.demo import run_privacy_demo
-
-    out = out or Path("runs") / f"demo-privacy-{datetime.now():%Y%m%d-%H%M%S}"
-    if out.exists():
-        _fail(f"{out}: already exists; choose another --out")
-    console.print("[bold]fedcare demo --privacy[/]: DP-SGD, a membership attack and gradient inversion on synthetic data.")
-    tables = run_privacy_demo(out, progress=lambda what, done, total: console.print(escape(f"[{done}/{total}] {what}")))
-    for table in tables:
-        console.print(table.markdown())
-    console.print(f"written to {out}/privacy_audit.csv, .md, .json and privacy_inversion.csv, .md, .json; "
-                  f"the reconstructions: {out / 'inversion.png'}; all in one page: {out / 'report.html'}; "
-                  f"docs/privacy.md explains each number")
 
 
 @app.command()
@@ -186,6 +185,9 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by
 
 
 def main() -> None:  # pragma: no cover - console entry point
+    # a crash in native code (a segfault in an OpenMP or BLAS library, an abort) prints where
+    # Python was before the process dies by its signal: never a silent exit
+    faulthandler.enable()
     app(prog_name="fedcare")
 
 

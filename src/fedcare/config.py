@@ -1,19 +1,28 @@
 """Experiment files: TOML validated by pydantic. Unknown or mistyped keys are errors naming the key.
 
 Every experiment names its study (`study = "pain"`, the default for files that do not say)
-and is validated by that study's config model, found in the study registry
-(`fedcare.studies.registry`). What every study's config has is `Experiment` below: title,
-seeds, methods, `[runtime]` and `[deployment]`.
+and is validated by that study's config model, which the study registry holds
+(`fedcare.studies.load` reads a file and finds it there). What every study's config has is
+`Experiment` below: title, seeds, methods, `[runtime]` and `[deployment]`; a study's `[train]`
+extends `Train`, and the options of local training that several studies have are named and
+typed once here.
 """
 
 from __future__ import annotations
 
+import difflib
+import logging
 import re
 import tomllib
+import types
+import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -25,6 +34,23 @@ class Strict(BaseModel):
 
 
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"  # [runtime] device, and a SuperNode's --device
+
+
+# The options of local training, one name and one type each across studies: a study's `[train]`
+# subclasses `Train` and declares those it has with these types, at its own defaults.
+LearningRate = Annotated[float, Field(gt=0)]  # `lr`: the clients' local learning rate
+BatchSize = Annotated[int, Field(ge=2)]  # `batch_size`: examples per local step (BatchNorm needs 2)
+LocalEpochs = Annotated[int, Field(ge=1)]  # `local_epochs`: passes over a client's data per round
+Aggregation = Literal["examples", "uniform"]  # `aggregation`: the server's weights, n_k / n or 1 / K
+ProximalMu = Annotated[float, Field(ge=0)]  # `mu`: FedProx's proximal weight
+
+
+class Train(Strict):
+    """`[train]`: local training. Every study has `lr` and `batch_size`; the others it adds
+    with the types above (`local_epochs`, `aggregation`, `mu`) or its own."""
+
+    lr: LearningRate = 1e-3
+    batch_size: BatchSize = 32
 
 
 class Runtime(Strict):
@@ -168,6 +194,16 @@ class Experiment(Strict):
     privacy: Privacy | None = None  # no [privacy] table: no protection beyond keeping data at the clients
     # a study whose protocol runs [privacy.audit] sets this (the pain study); others refuse the table
     offers_membership_audit: ClassVar[bool] = False
+    # old dotted key -> its new name: an experiment file using the old one still loads, with a
+    # warning naming both, for one release (then the old name is an unknown key)
+    renamed: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, raw: Any, info: ValidationInfo) -> Any:
+        if isinstance(raw, dict) and cls.renamed:
+            return move_renamed(raw, cls.renamed, (info.context or {}).get("source"))
+        return raw
 
     @model_validator(mode="after")
     def _dp_sgd_precision(self) -> "Experiment":
@@ -211,10 +247,41 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: Path | str, overrides: list[str] | None = None) -> Experiment:
+def move_renamed(raw: dict[str, Any], renamed: Mapping[str, str], source: str | None = None) -> dict[str, Any]:
+    """`raw` with each old key of `renamed` that it gives moved to the new name, logging a
+    warning naming both (and `source`, the file); both given is an error."""
+    raw = dict(raw)
+    for old, new in renamed.items():
+        *old_tables, old_key = old.split(".")
+        *new_tables, new_key = new.split(".")
+        node, path = raw, []
+        for table in old_tables:  # copies of the tables on the way: the caller's dict is left as it was
+            if not isinstance(node.get(table), dict):
+                break
+            node[table] = dict(node[table])
+            node, path = node[table], [*path, table]
+        if path != old_tables or old_key not in node:
+            continue
+        target = raw
+        for table in new_tables:
+            if not isinstance(target.get(table, {}), dict):
+                return raw  # not a table: validation names it
+            target[table] = dict(target.get(table, {}))
+            target = target[table]
+        value = node.pop(old_key)
+        if new_key in target:
+            raise ValueError(f"{old} and {new} are one option ({old} is its old name): give {new} only")
+        target[new_key] = value
+        log.warning("%s%s is now called %s; the old name is read until the next release",
+                    f"{source}: " if source else "", old, new)
+    return raw
+
+
+def read_config(path: Path | str) -> str:
+    """An experiment file's text; ConfigError naming the file when it cannot be read."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except IsADirectoryError:
@@ -224,33 +291,83 @@ def load_config(path: Path | str, overrides: list[str] | None = None) -> Experim
         raise ConfigError(f"{path}: not a text file (an experiment file is TOML text)") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
-    return parse_config(text, path, overrides)
 
 
-def parse_config(text: str, path: Path | str, overrides: list[str] | None = None) -> Experiment:
-    """Validate an experiment given as TOML text with its study's config model; `path` names
-    it in errors and anchors relative data paths."""
-    from fedcare.studies import registry
-
-    path = Path(path)
+def parse_toml(text: str, path: Path | str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """An experiment given as TOML text, with the `--set` overrides applied, as a dict
+    (`path` names it in errors)."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     for assignment in overrides or []:
         apply_override(raw, assignment)
-    name = raw.setdefault("study", registry.DEFAULT_STUDY)
+    return raw
+
+
+def validate(model: type[Experiment], raw: dict[str, Any], path: Path | str,
+             overrides: list[str] | None = None) -> Experiment:
+    """`raw` validated by a study's config model, relative data paths resolved against `path`'s
+    folder; ConfigError naming the file (or the `--set` of `overrides` that gave the value) and
+    every key in error."""
+    path = Path(path)
     try:
-        study = registry.get(str(name))
-    except registry.UnknownStudy as e:
-        raise ConfigError(f"{path}: study: {e}") from None
-    try:
-        config = study.config_model.model_validate(raw)
+        config = model.model_validate(raw, context={"source": str(path)})
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
-                             for err in e.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(validation_message(e, model, path, overrides or [])) from None
     return config.relative_to(path.parent)
+
+
+def validation_message(error: ValidationError, model: type[BaseModel], path: Path, overrides: list[str]) -> str:
+    """pydantic's errors as a user reads them: each names where the value came from (the file, or
+    the `--set` that gave it), the dotted key, and the problem in plain words; an unknown key
+    comes with the nearest known one."""
+    set_keys = {a.split("=", 1)[0].strip(): a for a in overrides if "=" in a}
+    problems = []
+    for err in error.errors():
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc) or "(top level)"
+        given = next((a for k, a in set_keys.items() if _nested(key, k) or _nested(k, key)), None)
+        where = f"--set {given}" if given else str(path)
+        problems.append(f"{where}: {key}: {_plain(err, loc, model)}")
+    return "\n".join(problems)
+
+
+def _nested(key: str, table: str) -> bool:
+    """`key` is `table` or lies inside it (`train.lr` in `train`)."""
+    return f"{key}.".startswith(f"{table}.")
+
+
+def _plain(err: Any, loc: list[str], model: type[BaseModel]) -> str:
+    if err["type"] == "extra_forbidden":
+        known = _keys_at(model, loc[:-1])
+        near = difflib.get_close_matches(loc[-1], known, n=1)
+        hint = f"; did you mean {'.'.join([*loc[:-1], near[0]])}?" if near else (
+            f"; known keys here: {', '.join(sorted(known))}" if known else "")
+        return f"unknown key{hint}"
+    if err["type"] == "list_type" and not isinstance(err.get("input"), (list, dict)):
+        return f"expected a list, e.g. {loc[-1]} = [{_toml_value(err['input'])}]"
+    return err["msg"]
+
+
+def _keys_at(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """The keys a table at `loc` of `model` accepts (empty when it is not a model's table)."""
+    for part in loc:
+        field = model.model_fields.get(part)
+        inner = _model_in(field.annotation) if field is not None else None
+        if inner is None:
+            return []
+        model = inner
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (`X`, `X | None`, `Optional[X]`), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return next((m for m in map(_model_in, typing.get_args(annotation)) if m is not None), None)
+    return None
 
 
 LAST_TABLES = ("runtime", "deployment")  # written after the study's own tables

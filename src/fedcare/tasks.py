@@ -20,14 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-if TYPE_CHECKING:
-    from fedcare.algorithms.training import ClientData
+from fedcare.client_data import ClientData
 
 # (model, float input batch, labels) -> the batch's mean loss (a scalar with a graph)
 BatchLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -7,7 +7,8 @@ global message. Neither knows which runtime drives it (in-process simulator or F
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,19 @@ DP_EPSILON = "dp_epsilon"  # a client's DP-SGD epsilon so far (`fedcare.privacy.
 # Client-state entries that are not model tensors (FedDG's amplitude bank, FedDyn's gradient
 # term) are named with this prefix, so `load` knows what belongs in the model.
 EXTRA = "extra/"
+
+
+@dataclass(frozen=True)
+class PrivateFinetune:
+    """A client half's `after_aggregation`, declared (`ClientHalf.batched_finetune`) so a
+    runtime may run it for many clients at once (`fedcare.runtime.vectorised`): load the
+    global message, train the private parameters for `epochs` at `lr` by the training loop
+    (batches from rng.torch("finetune-order")) inside `frozen(model)`, which freezes the shared
+    part and yields the private parameters' names; the new state is the private tensors."""
+
+    epochs: int
+    lr: float
+    frozen: Callable[[nn.Module], AbstractContextManager[set[str]]]
 
 
 class ClientHalf:
@@ -68,6 +82,18 @@ class ClientHalf:
         """Runs on each participating client once the new global message exists (PFDL's
         fine-tuning). The default keeps the state as it is."""
         return state
+
+    # -- what a runtime may batch over clients (fedcare.runtime.vectorised) ---------------
+    def batched_fit(self) -> bool:
+        """Whether `fit` is the library's (every parameter trained by `train_epochs` with
+        `settings`, the reply and state from `outgoing`), so many clients' fits may run as one
+        batched step. A half with a fit of its own says no unless it says otherwise."""
+        return type(self).fit is ClientHalf.fit
+
+    def batched_finetune(self) -> PrivateFinetune | None:
+        """What `after_aggregation` does, when it is a `PrivateFinetune` (PFDL's); None: it is
+        not (the default keeps the state), so a runtime runs it client by client."""
+        return None
 
     def setup(
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from torch import nn
 
-from fedcare.algorithms.base import Algorithm, ClientHalf, ServerHalf
+from fedcare.algorithms.base import Algorithm, ClientHalf, PrivateFinetune, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import ParameterSplit
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, train_epochs
@@ -38,6 +38,9 @@ class PFDLClient(ClientHalf):
                 round=rng.round,
             )
         return self.split.private_tensors(model)
+
+    def batched_finetune(self) -> PrivateFinetune:
+        return PrivateFinetune(self.finetune_epochs, self.finetune_lr, self.frozen_shared)  # after_aggregation's
 
     @property
     def finetune_lr(self) -> float:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedcare.client_data import ClientData  # here for the many modules that import it from the training loop
 from fedcare.device import autocast, device_of
 from fedcare.seeding import torch_generator
 from fedcare.tasks import BINARY, BatchLoss, Task
@@ -28,30 +29,6 @@ SchedulerFactory = Callable[[torch.optim.Optimizer, int, int], torch.optim.lr_sc
 GradientHook = Callable[[nn.Module, int], None]
 # (the client's training data) -> the batch loss (a task's, or a study's own)
 LossFactory = Callable[["ClientData"], BatchLoss]
-
-
-@dataclass
-class ClientData:
-    """One client's examples: inputs (uint8 images are scaled to [0, 1] per batch) and labels.
-
-    `x` is a tensor, or an object that indexes like one, has `len`, `shape` and `dtype`, and
-    answers `torch.cat` (`__torch_function__`): the surgical study's `FrameStack` reads frames
-    from memory maps and the pain study's `FrameItems` cuts images when a batch asks."""
-
-    x: torch.Tensor
-    y: torch.Tensor
-
-    def __post_init__(self) -> None:
-        if len(self.x) != len(self.y):
-            raise ValueError(f"{len(self.x)} images but {len(self.y)} labels")
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    @staticmethod
-    def concat(parts: Iterable["ClientData"]) -> "ClientData":
-        parts = list(parts)
-        return ClientData(torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts]))
 
 
 def as_float(x: torch.Tensor) -> torch.Tensor:

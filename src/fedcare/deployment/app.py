@@ -17,11 +17,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+# OpenCV's loader puts back a copy of sys.path taken before it ran (cv2/__init__.py), dropping
+# what another thread added meanwhile. On Flower's Simulation Engine the main thread imports Ray
+# as soon as this module is loaded, and Ray adds its vendored packages (colorama, psutil) to
+# sys.path, while the ServerApp thread imports the study and its data modules (cv2): loaded
+# there, OpenCV could erase Ray's entry in mid-import (ModuleNotFoundError: colorama). Loaded
+# here, it is done before Flower starts Ray (Flower loads the app before its Ray backend).
+import cv2  # noqa: F401
+import torch
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from pydantic import ValidationError
 
-from fedcare.config import ConfigError, Experiment, Runtime, parse_config
+from fedcare.config import ConfigError, Experiment, Runtime
 from fedcare.data.common import DataError
 from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, build_client_app
 from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
@@ -29,6 +37,7 @@ from fedcare.runtime.flower.runtime import FlowerRuntime
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study
+from fedcare.studies.load import parse_config
 from fedcare.studies.run import run_study
 from fedcare.studies.rundir import set_threads
 

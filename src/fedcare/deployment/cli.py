@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from datetime import datetime
@@ -39,6 +40,21 @@ flower_app = typer.Typer(help="Run experiments across sites on Flower: coordinat
 console = Console(stderr=True)
 
 FINISHED_OK = "finished:completed"
+
+
+def put_flower_commands_on_path() -> None:
+    """Flower's commands (`flwr`, `flower-superlink`, `flower-supernode` and the ones they start
+    themselves) are installed beside this interpreter: put that folder first on PATH, so that
+    `.venv/bin/fedcare flower ...` works in an environment that was never activated."""
+    scripts = sysconfig.get_path("scripts")
+    path = os.environ.get("PATH", "")
+    if scripts not in path.split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([scripts, path]) if path else scripts
+
+
+@flower_app.callback()
+def _flower_commands() -> None:
+    put_flower_commands_on_path()
 
 
 def _fail(message: str) -> None:
@@ -132,7 +148,7 @@ def superlink(
 
 @flower_app.command()
 def supernode(
-    site: Annotated[str, typer.Option(help="This site's name, as in the experiment's [deployment.sites].")],
+    site: Annotated[str, typer.Option(help="This site's name, as in the experiment's \\[deployment.sites] table.")],
     data_dir: Annotated[Path, typer.Option(help="This site's own data (e.g. its UNBC-McMaster copy).")],
     state_dir: Annotated[Path, typer.Option(help="Where this site keeps its private state between rounds.")],
     superlink_address: Annotated[str, typer.Option("--superlink", help="HOST:PORT of the SuperLink.")] = "127.0.0.1:9092",
@@ -245,8 +261,9 @@ def run_command(
     federation_config: Annotated[Optional[str], typer.Option(help="Simulation only: passed to flwr run, e.g. 'num-supernodes=3'.")] = None,
 ) -> None:
     """Researcher: run an experiment across the sites, wait for it, fail unless it completed."""
-    from fedcare.config import ConfigError, load_config, to_toml
+    from fedcare.config import ConfigError, to_toml
     from fedcare.deployment.app import check_experiment
+    from fedcare.studies.load import load_config
 
     try:
         experiment = load_config(config, set_)

@@ -7,21 +7,15 @@ favours smooth images. The attacker knows the model (it sent it), the batch size
 labels (assumed known: the worst case for the client; in a binary task a guess would cost at
 most 2^B tries).
 
-The observed update is FedSGD-style: the gradient of one step on one batch of B frames.
-FedAvg's multi-step updates (several epochs of steps) mix many gradients and are harder to
-invert; they are not attacked here. Three things the server may see:
-
-- "full": every parameter's gradient (FedAvg, FedSGD);
-- "conv-only": only the tensors PFDL shares (its `ParameterSplit` decides: the pain study's
-  conv blocks), the dense layers' gradients stay at the client;
-- "DP-SGD": what fedcare's DP-SGD releases: each example's gradient clipped to C, summed,
-  Gaussian noise of std sigma * C added, divided by B (`fedcare.privacy.dp_sgd`'s hook).
-  DP-SGD replaces BatchNorm by GroupNorm, so this case attacks the GroupNorm model;
-  "full, GroupNorm" (the same model without clipping and noise) separates the two effects.
-
-BatchNorm: the client trains in train mode, where BatchNorm normalises with the batch's own
-statistics (the examples of the batch mix). The attacker runs its dummy batch through the
-same train-mode model, so it faces exactly the function the client differentiated.
+The observed update is FedSGD-style: the gradient of one step on one batch of B frames
+(`observed_gradient`: of every parameter, or of the ones a split shares,
+`shared_parameter_names`), or what fedcare's DP-SGD releases for it (`dp_sgd_gradient`:
+each example's gradient clipped to C, summed, Gaussian noise of std sigma * C added, divided
+by B, by `fedcare.privacy.dp_sgd`'s own hook). FedAvg's multi-step updates mix many gradients
+and are harder to invert; they are not attacked here. The attacker runs its dummy batch
+through the model in the same mode (BatchNorm in train mode normalises with the batch's own
+statistics), so it faces exactly the function the client differentiated. The cases the
+privacy audit study attacks are in `fedcare.studies.privacy_audit.inversion`.
 
 Scores: PSNR and SSIM (scikit-image) of each reconstruction against its true frame, matched
 by the best assignment (the attacker does not know the order); the baseline is a flat image
@@ -30,10 +24,8 @@ at each true frame's mean intensity, what "nothing recovered" scores.
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -42,10 +34,9 @@ from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 from torch import nn
 
 from fedcare.algorithms import pfdl
-from fedcare.algorithms.training import TrainSettings, as_float
+from fedcare.algorithms.training import TrainSettings
 from fedcare.config import DPSGD
-from fedcare.privacy.dp_sgd import PerExampleClipNoise, private_model
-from fedcare.seeding import numpy_rng, torch_generator
+from fedcare.privacy.dp_sgd import PerExampleClipNoise
 from fedcare.tasks import BINARY
 
 
@@ -164,131 +155,3 @@ def match(true: torch.Tensor, recon: torch.Tensor) -> tuple[list[int], Scores]:
 def flat_baseline(true: torch.Tensor) -> Scores:
     """A flat image at each true frame's mean intensity: what recovering nothing scores."""
     return match(true, true.mean(dim=(2, 3), keepdim=True).expand_as(true).clone())[1]
-
-
-# -- the frames ---------------------------------------------------------------------------
-def synthetic_frames(count: int, image_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`count` synthetic pain frames (B, 1, S, S) in [0, 1] and their labels, drawn from one
-    subject written by fedcare's generator and read back by the UNBC loader with the pain
-    study's preprocessing (histogram equalisation, centre crop: `fedcare.data.transforms`)."""
-    from fedcare.data.synthetic.pain import generate_pain_cohort
-    from fedcare.data.transforms import centre_crop, preprocess
-    from fedcare.data.unbc import load_unbc, read_grey
-
-    subject, pain_from = 42, 1.0  # pain = PSPI >= 1, the pain study's threshold
-    sessions: dict[int, list[tuple[np.ndarray, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="fedcare-inversion-") as tmp:
-        root = Path(tmp) / "cohort"
-        generate_pain_cohort(root, seed=seed, subjects=[subject], frame_scale=0.01, image_size=2 * image_size,
-                             min_frames_per_sequence=2)
-        for frame in load_unbc(root).frames:  # read and preprocessed as the pain study does (black frames dropped)
-            grey = read_grey(frame.image)
-            if frame.subject == subject and grey.mean() >= 1.0:
-                image = centre_crop(preprocess(grey, image_size), image_size)
-                sessions.setdefault(frame.session, []).append((image, float(frame.pspi >= pain_from)))
-    items = [item for s in sorted(sessions) for item in sessions[s]]
-    images, labels = np.stack([i for i, _ in items]), np.array([y for _, y in items])
-    if len(images) < count:
-        raise ValueError(f"the synthetic subject has {len(images)} frames, fewer than the batch of {count}")
-    pick = np.sort(numpy_rng(seed, "inversion-frames").choice(len(images), count, replace=False))
-    x = as_float(torch.from_numpy(images[pick]).unsqueeze(1).contiguous())
-    return x, torch.from_numpy(labels[pick].astype(np.float32))
-
-
-# -- the demo's cases -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Case:
-    name: str
-    observed: str  # "full": every parameter; "conv-only": PFDL's shared tensors; "dp-sgd": DP-SGD's release
-    norm: str  # "batchnorm-train": as the client trains; "batchnorm-eval": running statistics; "groupnorm": DP-SGD's model
-
-
-CASES = (
-    Case("full, BatchNorm as trained", "full", "batchnorm-train"),
-    Case("full, BatchNorm inference", "full", "batchnorm-eval"),
-    Case("conv-only (PFDL), BatchNorm inference", "conv-only", "batchnorm-eval"),
-    Case("full, GroupNorm (DP-SGD's model, no noise)", "full", "groupnorm"),
-    Case("DP-SGD", "dp-sgd", "groupnorm"),
-)
-
-
-def pain_model(case: Case, settings: InversionSettings, seed: int) -> nn.Module:
-    """The pain study's CNN as its protocol initialises it (Glorot, round 1's global model), in
-    the case's normalisation; under DP-SGD, BatchNorm becomes GroupNorm as fedcare's DP-SGD does."""
-    from fedcare.models.pain_cnn import PainCNN, glorot_init
-
-    model = PainCNN(settings.image_size)
-    glorot_init(model, torch_generator(seed, "init"))
-    if case.norm == "groupnorm":
-        model = private_model(model, _dp_config(settings))
-    return model.train(case.norm != "batchnorm-eval")
-
-
-def _dp_config(settings: InversionSettings) -> DPSGD:
-    return DPSGD(noise_multiplier=settings.sigma, max_grad_norm=settings.max_grad_norm)
-
-
-def attack_case(case: Case, x: torch.Tensor, y: torch.Tensor, settings: InversionSettings,
-                seed: int) -> tuple[torch.Tensor, Scores, int]:
-    """(the reconstructions in the true frames' order, their scores, the tensors observed)."""
-    model = pain_model(case, settings, seed)
-    if case.observed == "dp-sgd":
-        observed = dp_sgd_gradient(model, x, y, _dp_config(settings), torch_generator(seed, "inversion-dp-noise"))
-    else:
-        names = ([n for n, _ in model.named_parameters()] if case.observed == "full"
-                 else shared_parameter_names(model))
-        observed = observed_gradient(model, x, y, names)
-    recon = invert(model, observed, y, tuple(x.shape), settings, torch_generator(seed, "inversion-dummy", case.name))
-    order, scores = match(x, recon)
-    return recon[order], scores, len(observed)
-
-
-def case_label(case: Case, settings: InversionSettings) -> str:
-    if case.observed == "dp-sgd":
-        return f"DP-SGD (sigma={settings.sigma:g}, C={settings.max_grad_norm:g})"
-    return case.name
-
-
-def run_inversion(seed: int = 0, settings: InversionSettings = InversionSettings(),
-                  progress=None) -> tuple[torch.Tensor, list[dict], dict[str, torch.Tensor]]:
-    """Every case on one batch of synthetic frames: (the true frames, one row per case plus
-    the flat baseline, the reconstructions by case label)."""
-    x, y = synthetic_frames(settings.batch, settings.image_size, seed)
-    base = flat_baseline(x)
-    rows = [{"case": "baseline: flat image (nothing recovered)", "observed_tensors": 0,
-             "psnr": base.psnr, "ssim": base.ssim}]
-    recons = {}
-    for i, case in enumerate(CASES, start=1):
-        label = case_label(case, settings)
-        recon, scores, observed = attack_case(case, x, y, settings, seed)
-        recons[label] = recon
-        rows.append({"case": label, "observed_tensors": observed, "psnr": scores.psnr, "ssim": scores.ssim})
-        if progress:
-            progress(f"gradient inversion, {label}", i, len(CASES))
-    return x, rows, recons
-
-
-def save_picture(path: Path, true: torch.Tensor, rows: list[dict], recons: dict[str, torch.Tensor]) -> Path:
-    """One row per image set (true frames first), one column per frame of the batch."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    scores = {r["case"]: r for r in rows}
-    sets = [("true frames (synthetic)", true), *recons.items()]
-    batch = len(true)
-    fig, axes = plt.subplots(len(sets), batch, figsize=(1.9 * batch + 2.6, 1.9 * len(sets)), squeeze=False)
-    for r, (label, images) in enumerate(sets):
-        for c in range(batch):
-            ax = axes[r][c]
-            ax.imshow(images[c, 0].numpy(), cmap="gray", vmin=0, vmax=1)
-            ax.set_xticks([])
-            ax.set_yticks([])
-        text = label if label not in scores else f"{label}\nPSNR {scores[label]['psnr']:.1f} dB, SSIM {scores[label]['ssim']:.2f}"
-        axes[r][0].set_ylabel(text, rotation=0, ha="right", va="center", fontsize=8)
-    fig.suptitle("Gradient inversion of one FedSGD step of the pain CNN", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

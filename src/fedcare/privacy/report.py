@@ -17,7 +17,7 @@ import numpy as np
 from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy.client_dp import CLIENT_DP_EPSILON
 from fedcare.report.tables import Table
-from fedcare.studies.rundir import read_run_records
+from fedcare.runfiles import read_run_records
 
 KINDS = {DP_EPSILON: ("DP-SGD (sample-level)", "dp_sgd"), CLIENT_DP_EPSILON: ("client-level DP", "client_dp")}
 

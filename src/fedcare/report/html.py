@@ -72,8 +72,20 @@ def _duration(started: Any, finished: Any) -> str | None:
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
 
-# missed operations (Flower runs) and a resume on other arithmetic are told in the notes
-NOT_FACTS = {"title", "synthetic", "notes", "missed", "compute_changes"}
+# missed operations (Flower runs) and a resume on other arithmetic are told in the notes;
+# the run directory's own name is the table's first row
+NOT_FACTS = {"title", "synthetic", "notes", "missed", "compute_changes", "run_dir"}
+# labels of run.json keys every study writes (a study's known_facts put its own first)
+FACT_LABELS = {
+    "study": "Study", "config_file": "Config file", "seeds": "Seeds", "methods": "Methods", "status": "Status",
+    "started": "Started", "finished": "Finished", "training_seconds": "Training time (s)",
+    "fedcare_version": "fedcare version",
+}
+
+
+def fact_label(key: str) -> str:
+    """A run.json key as a table label: its known label, else its words (`dataset_size` -> "Dataset size")."""
+    return FACT_LABELS.get(key) or key.replace("_", " ").capitalize()
 
 
 def facts_table(
@@ -84,9 +96,10 @@ def facts_table(
 ) -> str:
     """The "Run" facts table: the run directory, the ``known_facts`` of run.json in that order
     (with their labels), whether the data are synthetic, every other simple run.json value, then
-    ``extra_rows`` (study-specific counts). All text is escaped."""
+    ``extra_rows`` (study-specific counts). All text is escaped. The run directory is named as
+    run.json names it (a report written just before the run finished is in `<out>.partial`)."""
     known = dict(known_facts)
-    rows: list[tuple[str, str]] = [("Run directory", run_dir_name)]
+    rows: list[tuple[str, str]] = [("Run directory", str(run_info.get("run_dir") or run_dir_name))]
     for key, label in known_facts:
         if key in run_info and run_info[key] not in (None, "", []):
             rows.append((label, _list_text(run_info[key])))
@@ -102,7 +115,7 @@ def facts_table(
         if key in NOT_FACTS or key in known:
             continue
         if isinstance(value, (str, int, float, bool, list, tuple)) and value not in ("", []):
-            rows.append((key, _list_text(value)))
+            rows.append((fact_label(key), _list_text(value)))
     rows += list(extra_rows)
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts"><tbody>{body}</tbody></table>'
@@ -159,7 +172,7 @@ def notes_html(run_info: Mapping[str, Any], notes: Sequence[str] = ()) -> str | 
 
 
 def page_title(run_info: Mapping[str, Any], run_dir_name: str) -> str:
-    return str(run_info.get("title") or f"fedcare run {run_dir_name}".strip())
+    return str(run_info.get("title") or f"fedcare run {run_info.get('run_dir') or run_dir_name}".strip())
 
 
 def render_page(title: str, synthetic: Any, body: Sequence[str], incomplete: str | None = None) -> str:

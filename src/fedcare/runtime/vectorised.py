@@ -4,12 +4,14 @@ clients in one batched step. For many clients with small models (the 1,000-clien
 benchmarks/many_clients.py); the numbers equal `LocalClients`' to float tolerance, not bit for
 bit, so no study uses it by default.
 
-A client half it cannot batch (its own `fit`, settings `vectorisable` refuses, a model with
-dropout) runs one client after another, as in `LocalClients`.
+What it batches, a client half declares (`ClientHalf.batched_fit`, and `batched_finetune`:
+PFDL's fine-tuning of its private part after aggregation). A client half it cannot batch (its
+own `fit`, settings `vectorisable` refuses, a model with dropout) runs one client after
+another, as in `LocalClients`.
 
-PFDL's fine-tuning runs the frozen shared blocks forward on every batch of every epoch; when
-the model declares how its forward splits (`forward(x) = forward_head(features(x))`, e.g.
-`PainCNN`) and PFDL's shared part is exactly `features`, each client's features are computed
+A declared fine-tuning (PFDL's) runs the frozen shared blocks forward on every batch of every
+epoch; when the model declares how its forward splits (`forward(x) = forward_head(features(x))`,
+e.g. `PainCNN`) and the shared part is exactly `features`, each client's features are computed
 once per fine-tuning instead (frozen blocks in inference mode: an example's features do not
 depend on its batch) and only the head trains on them, many clients at a time.
 """
@@ -23,7 +25,6 @@ from torch import nn
 
 from fedcare.algorithms.base import ClientHalf, ClientId
 from fedcare.algorithms.messages import Message
-from fedcare.algorithms.pfdl import PFDLClient
 from fedcare.algorithms.split import load_tensors
 from fedcare.algorithms.training import ClientData, Randomness, as_float
 from fedcare.algorithms.vectorised import train_stacked, vectorisable
@@ -74,10 +75,11 @@ class VectorisedClients(LocalClients):
         super().__init__(model, half, seed, resolve)
         self.chunk = chunk
         self.why_not = vectorisable(half.settings, model)  # None: batched
-        if self.why_not is None and type(half).fit is not ClientHalf.fit:
+        if self.why_not is None and not half.batched_fit():
             self.why_not = f"{type(half).__name__} trains by its own fit"
-        # PFDL's head fine-tuned on features computed once (None: the whole model, frozen blocks run every batch)
-        self.head = head_of(model, set(half.split.shared_keys(model))) if type(half) is PFDLClient else None
+        self.finetune = half.batched_finetune()  # None: after_aggregation runs client by client
+        # the head fine-tuned on features computed once (None: the whole model, frozen blocks run every batch)
+        self.head = head_of(model, set(half.split.shared_keys(model))) if self.finetune is not None else None
 
     def _chunks(self, work: Work) -> Iterator[list[tuple[ClientId, Message, object]]]:
         items = [(c, m, d) for c, (m, d) in sorted(work.items())]
@@ -102,27 +104,27 @@ class VectorisedClients(LocalClients):
         return replies
 
     def after_aggregation(self, phase: str, rnd: int, work: Work) -> None:
-        half = self.half
-        if self.why_not is not None or type(half) is not PFDLClient:
+        half, finetune = self.half, self.finetune
+        if self.why_not is not None or finetune is None:
             return super().after_aggregation(phase, rnd, work)
-        for chunk in self._chunks(work):  # PFDLClient.after_aggregation, for `chunk` clients at once
+        for chunk in self._chunks(work):  # the half's declared after_aggregation, for `chunk` clients at once
             starts = []
             for c, message, _ in chunk:
                 half.load(self.model, message, self.runner(c).state).train()
                 starts.append({k: v.clone() for k, v in self.model.state_dict().items()})
             data = [self.data(c, d) for c, _, d in chunk]
             generators = [Randomness(self.seed, phase, c, rnd).torch("finetune-order") for c, _, _ in chunk]
-            with half.frozen_shared(self.model) as private:  # the shared blocks: the global message's, alike for all
+            with finetune.frozen(self.model) as private:  # the shared blocks: the global message's, alike for all
                 common = set(half.split.shared_keys(self.model))
                 if self.head is not None and not any(m.training for m in self.model.features.modules()):
                     # the head alone, on each example's features (the same in every batch and epoch)
                     trained, _ = train_stacked(self.head, [{k: s[k] for k in s if k not in common} for s in starts],
                                                features_of(self.model.features, data, half.settings.eval_batch_size),
                                                half.settings, generators,
-                                               epochs=half.finetune_epochs, lr=half.finetune_lr, trainable=private)
+                                               epochs=finetune.epochs, lr=finetune.lr, trainable=private)
                 else:
                     trained, _ = train_stacked(self.model, starts, data, half.settings, generators,
-                                               epochs=half.finetune_epochs, lr=half.finetune_lr, trainable=private,
+                                               epochs=finetune.epochs, lr=finetune.lr, trainable=private,
                                                common=common)
             for (c, _, _), state in zip(chunk, trained):
                 load_tensors(self.model, state)

@@ -28,6 +28,7 @@ BUILT_IN = {
     "fedhealth2": "fedcare.studies.fedhealth2",
     "surgical": "fedcare.studies.surgical",
     "facerec": "fedcare.studies.facerec",
+    "privacy_audit": "fedcare.studies.privacy_audit",
 }
 ENVIRONMENT = "FEDCARE_STUDIES"
 

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedcare.compute import compute_facts, describe, same_arithmetic
-from fedcare.config import Experiment, load_config, to_toml
+from fedcare.config import Experiment, to_toml
 from fedcare.files import atomic_write_text
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
 from fedcare.studies.checkpoint import Checkpoint
+from fedcare.studies.load import load_config
 from fedcare.studies.rundir import (
     METRICS_FILE,
     Progress,

@@ -30,12 +30,16 @@ import torch
 
 from fedcare import __version__
 from fedcare.files import atomic_write_text
+from fedcare.runfiles import (  # noqa: F401 (the file names and readers, imported from here by the studies)
+    LOG_FILE,
+    METRICS_FILE,
+    RUN_FILE,
+    SYNTHETIC_DIR,
+    read_run_info,
+    read_run_records,
+)
 from fedcare.threads import auto_threads
 
-SYNTHETIC_DIR = "synthetic-data"  # where a config's [data.synthetic] is generated inside the run
-METRICS_FILE = "metrics.jsonl"  # the records, one JSON object per line
-RUN_FILE = "run.json"  # the run's facts
-LOG_FILE = "run.log"  # what happened, one line per event
 LOCK_FILE = ".lock"  # held by the process running in a partial directory
 PARTIAL = ".partial"
 
@@ -247,37 +251,6 @@ def update_run_info(folder: Path, **facts: Any) -> dict:
     info.update({"fedcare_version": __version__, **facts})
     atomic_write_text(Path(folder) / RUN_FILE, json.dumps(_json_safe(info), indent=2))
     return info
-
-
-def read_run_info(run_dir: Path) -> tuple[dict, list[str]]:
-    """(run.json as a dict, notes). A missing, unreadable or non-object run.json gives ``{}`` and
-    a note saying so; it is never an error."""
-    notes: list[str] = []
-    run_info: dict = {}
-    run_path = Path(run_dir) / RUN_FILE
-    if run_path.is_file():
-        try:
-            loaded = json.loads(run_path.read_text())
-            if isinstance(loaded, dict):
-                run_info = loaded
-            else:
-                notes.append(f"{RUN_FILE} is not a JSON object; run facts are missing.")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            notes.append(f"{RUN_FILE} could not be read ({e}); run facts are missing.")
-    else:
-        notes.append(f"{RUN_FILE} is missing; run facts are unknown.")
-    return run_info, notes
-
-
-def read_run_records(run_dir: Path) -> tuple[list[dict], list[str]]:
-    """(the records of metrics.jsonl, notes about reading it); FileNotFoundError when the
-    directory holds no metrics.jsonl, ValueError naming the file and line when it is malformed."""
-    from fedcare.evaluation.statistics import read_records
-
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file (not a run directory?)")
-    return read_records(path)
 
 
 def log(run_dir: Path, message: str) -> None:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from fedcare.config import DataSource, Experiment, Strict
+from fedcare.config import Aggregation, BatchSize, DataSource, Experiment, LearningRate, Strict, Train
 
 # "<algorithm>[-variant]": FedAvg ("fedavg") or federated HF-MAML ("hfmaml") with the global
 # ArcFace head (shared, every client's identities), "-local" (each client's own head, private),
@@ -51,16 +51,16 @@ class FacerecProtocol(Strict):
     impostors: Literal["local", "global"] = "local"
 
 
-class FacerecTrain(Strict):
-    lr: float = Field(0.01, gt=0)  # SGD, FedAvg's local steps and tuning
+class FacerecTrain(Train):
+    lr: LearningRate = 0.01  # SGD, FedAvg's local steps and tuning
     momentum: float = Field(0.9, ge=0, lt=1)
-    batch_size: int = Field(64, ge=2)
+    batch_size: BatchSize = 64
     local_steps: int = Field(50, ge=1)  # batches per round (HF-MAML: steps of three batches)
     local_unit: Literal["batches", "epochs"] = "batches"  # FedAvg variants: "epochs" = the literal reading, local_steps passes over the data
     tune_steps: int = Field(10, ge=0)  # tuning batches before evaluation (thesis: 10 of 64)
     arcface_scale: float = Field(8.0, gt=0)
     arcface_margin: float = Field(0.5, ge=0)
-    aggregation: Literal["examples", "uniform"] = "examples"  # n_k / sum n_i (thesis Algorithm 6)
+    aggregation: Aggregation = "examples"  # n_k / sum n_i (thesis Algorithm 6)
     weights: Path | None = None  # a ResNet-18 state dict file (torchvision keys) to start from; none: random
 
 

@@ -94,8 +94,16 @@ def paired_tests(a: dict, b: dict) -> tuple[float, float, int]:
     return t, w, len(keys)
 
 
-def _fmt_p(p: float) -> str:
-    return "–" if not math.isfinite(p) else f"{p:.3f}"
+# Below 6 pairs the Wilcoxon signed-rank test cannot reach p < 0.05 (its smallest two-sided p is
+# 2 / 2^n), and a paired t-test with 1-4 degrees of freedom rests on assuming normal differences
+# that so few pairs cannot show: such p-values are printed, marked, and not to be read as evidence.
+MIN_PAIRS = 6
+
+
+def _fmt_p(p: float, pairs: int) -> str:
+    if not math.isfinite(p):
+        return "–"
+    return f"{p:.3f}" if pairs >= MIN_PAIRS else f"{p:.3f} (too few pairs)"
 
 
 def tables(s: Scores) -> dict[str, Table]:
@@ -132,11 +140,13 @@ def tables(s: Scores) -> dict[str, Table]:
         for g in groups:
             for k in KINDS:
                 t, w, n = paired_tests(s.per_run(m, k, g), s.per_run(ref, k, g))
-                trows.append([f"{m} vs {ref}", label[g], k.removeprefix("tar_"), str(n), _fmt_p(t), _fmt_p(w)])
+                trows.append([f"{m} vs {ref}", label[g], k.removeprefix("tar_"), str(n), _fmt_p(t, n), _fmt_p(w, n)])
                 tcsv.append([m, ref, g, k, n, t, w])
     tests = Table("tests", f"Paired tests against {ref}", "Client-averaged TAR per (run, path), paired on run and "
                   "path; two-sided p-values of Student's paired t-test and the Wilcoxon signed-rank test "
-                  "(– : fewer than 2 pairs or no difference).", ["Comparison", "Clients", "Model", "Pairs",
+                  f"(– : fewer than 2 pairs or no difference). With fewer than {MIN_PAIRS} pairs a p-value says "
+                  "nothing (the Wilcoxon test cannot reach 0.05; the t-test's normality cannot be checked): "
+                  "those are marked 'too few pairs'; more runs (seeds) give more pairs.", ["Comparison", "Clients", "Model", "Pairs",
                                                                  "t-test p", "Wilcoxon p"],
                   trows, ["method", "reference", "clients", "model", "pairs", "ttest_p", "wilcoxon_p"], tcsv)
     return {"tar": mean, "fairness": fair, "tests": tests}

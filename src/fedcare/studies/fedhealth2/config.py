@@ -4,11 +4,11 @@ are errors naming the key. Defaults are the paper's protocol and the authors' co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedcare.config import DataSource, Experiment, Strict
+from fedcare.config import Aggregation, DataSource, Experiment, LearningRate, LocalEpochs, ProximalMu, Strict, Train
 
 FEDHEALTH2_METHODS = ("local", "fedavg", "fedprox", "fedbn", "fedper", "fedap", "d-fedap", "f-fedap")
 PRETRAINED_METHODS = ("fedap", "d-fedap")  # start from the pretrained model and run their setup before round 1
@@ -53,18 +53,17 @@ class FedHealth2Protocol(Strict):
     image_size: int = Field(64, ge=63)  # X-ray input side (AlexNet needs >= 63)
 
 
-class FedHealth2Train(Strict):
-    lr: float = Field(1e-2, gt=0)
-    batch_size: int = Field(32, ge=2)
-    local_epochs: int = Field(1, ge=1)
+class FedHealth2Train(Train):
+    lr: LearningRate = 1e-2  # paper: SGD, 1e-2 (batch_size 32: [code], as Train's default)
+    local_epochs: LocalEpochs = 1
     rounds: int = Field(20, ge=1)
     pretrain_epochs: int = Field(10, ge=1)  # epochs (pooled) or FedAvg rounds (federated) of FedAP's pretraining
-    aggregation: Literal["examples", "uniform"] = "examples"
+    aggregation: Aggregation = "examples"
     hidden: int = Field(4096, ge=8)  # AlexNet's FC width (X-ray)
+    mu: ProximalMu = 1e-3  # FedProx's mu ([code] mu = 1e-3); options.fedprox_mu before 0.3
 
 
 class FedHealth2Options(Strict):
-    fedprox_mu: float = Field(1e-3, ge=0)  # [code] mu = 1e-3
     fedprox_squared: bool = True  # paper: (mu/2)||w - w_g||^2; the code used the unsquared norm
     fedper_private: list[str] = Field(default_factory=lambda: ["classifier"])
     fedap_lambda: float = Field(0.5, ge=0, le=1)  # [code] model_momentum
@@ -80,3 +79,4 @@ class FedHealth2Experiment(Experiment):
     protocol: FedHealth2Protocol = FedHealth2Protocol()
     train: FedHealth2Train = FedHealth2Train()
     options: FedHealth2Options = FedHealth2Options()
+    renamed: ClassVar[dict[str, str]] = {"options.fedprox_mu": "train.mu"}  # until 0.3

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fedcare.config import DataSource, Experiment, Strict
+from fedcare.config import Aggregation, DataSource, Experiment, LocalEpochs, Strict, Train
 from fedcare.data.common import THESIS_GROUP1, THESIS_GROUP2
 
 METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL|FBN)\((N|C|F)\))$")
@@ -52,15 +52,14 @@ class PainProtocol(Strict):
         return subjects
 
 
-class Train(Strict):
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(32, ge=2)
-    local_epochs: int = Field(5, ge=1)
+class PainTrain(Train):
+    # lr 1e-3 and batch_size 32: the thesis's, as Train's defaults
+    local_epochs: LocalEpochs = 5
     max_rounds: int = Field(30, ge=1)  # per session; an epoch for centralized training
     patience: int = Field(5, ge=1)
     pretrain_max_rounds: int = Field(30, ge=1)
     pretrain_patience: int = Field(5, ge=1)
-    aggregation: Literal["examples", "uniform"] = "uniform"  # thesis code: unweighted np.mean
+    aggregation: Aggregation = "uniform"  # thesis code: unweighted np.mean
     client_fraction: float = Field(1.0, gt=0, le=1)
 
 
@@ -81,7 +80,7 @@ class PainExperiment(Experiment):
     methods: list[str] = Field(min_length=1)
     data: PainData
     protocol: PainProtocol = PainProtocol()
-    train: Train = Train()
+    train: PainTrain = PainTrain()
     pfdl: PFDLOptions = PFDLOptions()
     offers_membership_audit: ClassVar[bool] = True  # [privacy.audit]: fedcare.studies.pain.audit
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedcare.algorithms import Algorithm, centralized, fedavg, fedbn, local, pfdl
+from fedcare.algorithms import Algorithm
+from fedcare.algorithms.catalogue import build
 from fedcare.algorithms.training import TrainSettings
 from fedcare.studies.pain.config import METHOD_PATTERN, PainExperiment
 from fedcare.tasks import BINARY
@@ -52,15 +53,6 @@ def make_algorithm(name: str, config: PainExperiment) -> Algorithm:
     t = config.train
     settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs, task=BINARY,
                              eval_batch_size=eval_batch_size(config.protocol.image_size))
-    if name == "centralized":
-        return centralized(settings)
-    if name == "fedavg":
-        return fedavg(settings, t.aggregation)
-    if name == "local":
-        return local(settings)
-    if name == "fedbn":
-        return fedbn(settings, t.aggregation)
-    if name == "pfdl":
-        p = config.pfdl
-        return pfdl(settings, t.aggregation, tuple(p.shared_paths), p.finetune_epochs, p.lr_factor)
-    raise ValueError(f"unknown algorithm {name!r}")
+    p = config.pfdl
+    return build(name, settings, weighting=t.aggregation,
+                 shared_paths=tuple(p.shared_paths), finetune_epochs=p.finetune_epochs, lr_factor=p.lr_factor)

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fedcare.config import Experiment, Strict
+from fedcare.config import BatchSize, Experiment, LearningRate, LocalEpochs, ProximalMu, Strict, Train
 
 CLIENT_NAMES = ("HEI1", "HEI2", "CHO1", "CHO2", "CHO3")  # the thesis's five clients (§5.1.1), in its order
 FL_METHODS = ("fedavg", "fedprox", "feddyn", "feddg", "fedrep")
@@ -80,14 +80,14 @@ class SurgicalModel(Strict):
     dropout: float = Field(0.5, ge=0, lt=1)  # torchvision's default, in the classifier
 
 
-class SurgicalTrain(Strict):
+class SurgicalTrain(Train):
     rounds: int = Field(50, ge=1)  # E_global; also the epochs of CENT and of each LOT model
-    local_epochs: int = Field(1, ge=1)  # E_local of the FL methods
-    batch_size: int = Field(128, ge=2)  # CENT, LOT and local FL alike (AlexNet 128, VGG-13 16)
-    lr: float = Field(1e-3, gt=0)  # local SGD (no momentum, no weight decay), one-cycle maximum
+    local_epochs: LocalEpochs = 1  # E_local of the FL methods
+    batch_size: BatchSize = 128  # CENT, LOT and local FL alike (AlexNet 128, VGG-13 16)
+    lr: LearningRate = 1e-3  # local SGD (no momentum, no weight decay), one-cycle maximum
     server_lr: float = Field(1e-3, gt=0)  # the server's AdamW on the pseudo-gradient, every FL method
     server_weight_decay: float = Field(1e-2, ge=0)  # not in the thesis: torch's AdamW default
-    mu: float = Field(1e-2, ge=0)  # FedProx's mu and FedDyn's alpha (the thesis's mu for both)
+    mu: ProximalMu = 1e-2  # FedProx's mu and FedDyn's alpha (the thesis's mu for both)
     cent_lr: float = Field(1e-4, gt=0)  # CENT: AdamW one-cycle maximum (AlexNet 1e-4, VGG-13 1e-5)
     lot_lr: float = Field(1e-4, gt=0)  # LOT: AdamW one-cycle maximum
     weight_decay: float = Field(1e-2, ge=0)  # CENT's and LOT's AdamW (not in the thesis: torch's default)

@@ -35,8 +35,9 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from fedcare.algorithms import Algorithm, feddg, feddyn, fedprox, fedrep, with_server_optimizer
+from fedcare.algorithms import Algorithm, with_server_optimizer
 from fedcare.algorithms.base import EXTRA, ClientHalf, DelegatingClient, ServerHalf
+from fedcare.algorithms.catalogue import build
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL
 from fedcare.algorithms.training import AdamW, ClientData, OneCycle, Randomness, SGD, TrainSettings, train_epochs
@@ -138,18 +139,8 @@ def make_algorithm(method: str, config: SurgicalExperiment, global_weight: torch
                          pooled=method == "cent")
     name, weighting = base_method(method)
     settings = TrainSettings(lr=t.lr, local_epochs=t.local_epochs, optimizer=SGD(), **common)
-    if name == "fedavg":
-        inner = Algorithm("fedavg", ClientHalf(settings, SHARE_ALL), ServerHalf(SHARE_ALL, weighting))
-    elif name == "fedprox":
-        inner = fedprox(settings, mu=t.mu, weighting=weighting)
-    elif name == "feddyn":
-        inner = feddyn(settings, alpha=t.mu, weighting=weighting)
-    elif name == "feddg":
-        inner = feddg(settings, bank_per_client=t.feddg_bank, p=t.feddg_p, weighting=weighting)
-    elif name == "fedrep":
-        inner = fedrep(settings, head_paths=(HEAD,), head_epochs=t.head_epochs, body_epochs=t.body_epochs,
-                       weighting=weighting)
-    else:
-        raise ValueError(f"unknown surgical method {method!r}")
+    inner = build(name, settings, weighting=weighting, mu=t.mu, alpha=t.mu,  # the thesis's mu is FedDyn's alpha too
+                  bank_per_client=t.feddg_bank, p=t.feddg_p,
+                  head_paths=(HEAD,), head_epochs=t.head_epochs, body_epochs=t.body_epochs)
     algorithm = with_server_optimizer(inner, "adamw", lr=t.server_lr, weight_decay=t.server_weight_decay)
     return replace(algorithm, name=method, client=SeededClient(algorithm.client))

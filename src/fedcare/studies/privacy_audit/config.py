@@ -1,0 +1,78 @@
+"""The privacy audit's experiment file (configs/privacy_audit/*.toml); unknown or mistyped keys
+are errors naming the key. The defaults are `fedcare demo privacy_audit`'s."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fedcare.config import Experiment, Strict
+
+AUDIT_METHODS = ("FedAvg", "PFDL", "FedBN", "local")
+
+
+class AuditData(Strict):
+    """The membership audit's clients: small noisy synthetic images drawn in memory from the
+    run seed (an overfitting regime, where membership leaks most)."""
+
+    clients: int = Field(6, ge=2)
+    train: int = Field(48, ge=2)  # training examples per client: the members
+    test: int = Field(48, ge=2)  # held-out examples per client: the non-members
+    image_size: int = Field(12, ge=2)
+
+
+class AuditProtocol(Strict):
+    rounds: int = Field(6, ge=1)
+    # DP-SGD's noise multipliers, each audited after the plain run (FedBN runs plain only:
+    # DP-SGD's GroupNorm replaces its BatchNorm, leaving FedAvg)
+    noise_multipliers: list[float] = Field(default_factory=lambda: [0.6, 1.5])
+    max_grad_norm: float = Field(1.0, gt=0)  # DP-SGD's C
+    delta: float = Field(1e-5, gt=0, lt=1)  # the delta epsilon is reported at
+
+    @model_validator(mode="after")
+    def _positive_noise(self) -> "AuditProtocol":
+        if any(s <= 0 for s in self.noise_multipliers):
+            raise ValueError("protocol.noise_multipliers: each must be > 0 (the plain run is always audited)")
+        if len(set(self.noise_multipliers)) != len(self.noise_multipliers):
+            raise ValueError("protocol.noise_multipliers: each level once")
+        return self
+
+
+class AuditTrain(Strict):
+    lr: float = Field(0.1, gt=0)
+    batch_size: int = Field(16, ge=2)
+    local_epochs: int = Field(4, ge=1)
+    aggregation: Literal["examples", "uniform"] = "uniform"
+    pfdl_finetune_epochs: int = Field(2, ge=0)
+
+
+class InversionOptions(Strict):
+    """Gradient inversion (Geiping et al. 2020) of one FedSGD step of the pain CNN, per case
+    (full update, PFDL's conv-only share, DP-SGD's release); `fedcare.privacy.inversion`."""
+
+    steps: int = Field(300, ge=1)  # Adam steps of the attack
+    lr: float = Field(0.1, gt=0)
+    tv: float = Field(1e-2, ge=0)  # weight of the total-variation prior
+    batch: int = Field(2, ge=1)  # frames in the attacked batch
+    image_size: int = Field(32, ge=16)  # the pain demo's frames
+    sigma: float = Field(1.0, ge=0)  # the DP-SGD case's noise multiplier
+    max_grad_norm: float = Field(1.0, gt=0)  # the DP-SGD case's C
+
+
+class PrivacyAuditExperiment(Experiment):
+    title: str = "fedcare privacy audit"
+    study: Literal["privacy_audit"]
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    methods: list[Literal[AUDIT_METHODS]] = Field(min_length=1)  # type: ignore[valid-type]
+    data: AuditData = AuditData()
+    protocol: AuditProtocol = AuditProtocol()
+    train: AuditTrain = AuditTrain()
+    inversion: InversionOptions = InversionOptions()
+
+    @model_validator(mode="after")
+    def _no_privacy_table(self) -> "PrivacyAuditExperiment":
+        if self.privacy is not None:
+            raise ValueError("privacy: the privacy_audit study applies DP-SGD itself, at each of "
+                             "protocol.noise_multipliers; a [privacy] table does not apply to it")
+        return self

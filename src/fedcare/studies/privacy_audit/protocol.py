@@ -1,0 +1,116 @@
+"""The privacy audit's protocol, per seed:
+
+1. **Membership inference**, one unit per case (a method, plain or under DP-SGD at one noise
+   level): `protocol.rounds` rounds of the method on the audit clients, then the loss attack
+   (`fedcare.privacy.audit`) on every client's training examples against its held-out ones,
+   from two places: a peer (the next client's model: FedAvg's global model; PFDL and FedBN:
+   the shared layers with the peer's own private ones; local: a model that never saw the
+   victim) and the victim's own model (what a breach of that client's device exposes). One
+   "audit" record per case: epsilon, accuracy, and the attack's AUC and TPR at FPR 1%,
+   averaged over the clients.
+2. **Gradient inversion**, one unit per case of `privacy_audit.inversion.CASES`: the attack
+   on one FedSGD step of the pain CNN on a batch of synthetic frames. One "inversion" record
+   per case (PSNR, SSIM, the reconstructions); the first unit also writes the true frames
+   ("inversion_frames") and the flat-image baseline.
+
+Every unit starts from its own seeded state (torch's generator reset to the run seed for the
+model's init; the data, the dummy images and DP-SGD's noise from their own derived
+generators), so a resumed run's records are byte-identical to an uninterrupted one's."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedcare.algorithms.base import DP_EPSILON
+from fedcare.privacy import private_model
+from fedcare.studies.base import StudyProtocol
+from fedcare.studies.privacy_audit.methods import algorithm_name, cases, dp_sgd, level_label
+from fedcare.tasks import BINARY
+
+AUDIT, INVERSION, FRAMES = "audit", "inversion", "inversion_frames"  # record types
+PIXEL_DIGITS = 4  # the pictures' pixels in the records (in [0, 1]; far below a grey level)
+NO_EPSILON = "no DP-SGD: the privacy loss has no bound (epsilon is infinite)"
+
+
+class PrivacyAuditProtocol(StudyProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from fedcare.studies.privacy_audit.inversion import CASES
+
+        self.units_total = len(self.config.seeds) * (len(cases(self.config)) + len(CASES))
+
+    def facts(self) -> dict:
+        d = self.config.data
+        return {"clients": d.clients, "members": d.train, "non_members": d.test, "rounds": self.config.protocol.rounds}
+
+    def run(self) -> None:
+        for seed in self.config.seeds:
+            for sigma, method in cases(self.config):
+                label = level_label(sigma)
+                if not self.finished(seed, label, method):
+                    self.record(AUDIT, seed=seed, privacy=label, sigma=sigma, **self.audit(seed, method, sigma))
+                    self.finish_unit(f"seed {seed}: {method}, {label}", seed, label, method)
+            self.invert(seed)
+
+    # -- membership inference -----------------------------------------------------------
+    def audit(self, seed: int, method: str, sigma: float | None) -> dict:
+        """Train the case's federation, then attack every client from a peer's and its own model."""
+        from fedcare.algorithms.training import predict
+        from fedcare.privacy.audit import attack_scores, per_example_losses
+
+        clients = sorted(self.runtime.summaries())
+        with torch.random.fork_rng():  # torch's global generator from the run seed, for this unit only
+            torch.manual_seed(seed)
+            model = private_model(self.study.new_model(), dp_sgd(sigma, self.config))
+            federation = self.runtime.federation(model, algorithm_name(method, sigma), seed)
+            info = {}
+            for rnd in range(1, self.config.protocol.rounds + 1):
+                info = federation.run_round("train", rnd, {c: f"train/{seed}" for c in clients})
+            own, peer, accuracy = [], [], []
+            for i, c in enumerate(clients):  # one working model: each personal model is used before the next
+                members, held_out = (self.runtime.pool({c: f"{kind}/{seed}"}) for kind in ("train", "test"))
+                mine = federation.personal_model(c)
+                own.append(attack_scores(per_example_losses(mine, members, BINARY),
+                                         per_example_losses(mine, held_out, BINARY)))
+                scores, _ = predict(mine, held_out, BINARY)
+                accuracy.append(float(((scores > 0.5).float() == held_out.y).float().mean()))
+                other = federation.personal_model(clients[(i + 1) % len(clients)])
+                peer.append(attack_scores(per_example_losses(other, members, BINARY),
+                                          per_example_losses(other, held_out, BINARY)))
+        epsilon = info.get(DP_EPSILON)
+        return {"method": method, "epsilon": epsilon, **({"epsilon_note": NO_EPSILON} if epsilon is None else {}),
+                "accuracy": float(np.mean(accuracy)),
+                "peer_auc": float(np.mean([r.auc for r in peer])),
+                "peer_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in peer])),
+                "own_auc": float(np.mean([r.auc for r in own])),
+                "own_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in own])),
+                "clients": len(clients), "members": self.config.data.train, "non_members": self.config.data.test}
+
+    # -- gradient inversion -------------------------------------------------------------
+    def invert(self, seed: int) -> None:
+        """Each case of the gradient inversion, on the seed's batch of synthetic frames."""
+        from fedcare.privacy.inversion import InversionSettings, flat_baseline
+        from fedcare.studies.privacy_audit.inversion import BASELINE, CASES, attack_case, case_label
+
+        todo = [case for case in CASES if not self.finished(seed, INVERSION, case.name)]
+        if not todo:
+            return
+        settings = InversionSettings(**self.config.inversion.model_dump())
+        x, y = self.runtime.local_data.batch(seed)
+        if len(todo) == len(CASES):  # the first unit: the true frames and what recovering nothing scores
+            base = flat_baseline(x)
+            self.record(FRAMES, seed=seed, settings=self.config.inversion.model_dump(), labels=y.tolist(),
+                        images=_pixels(x))
+            self.record(INVERSION, seed=seed, case=BASELINE, observed_tensors=0, psnr=base.psnr, ssim=base.ssim)
+        for case in todo:
+            label = case_label(case, settings)
+            recon, scores, observed = attack_case(case, x, y, settings, seed)
+            self.record(INVERSION, seed=seed, case=label, observed_tensors=observed, psnr=scores.psnr,
+                        ssim=scores.ssim, images=_pixels(recon))
+            self.finish_unit(f"seed {seed}: gradient inversion, {label}", seed, INVERSION, case.name)
+
+
+def _pixels(images: torch.Tensor) -> list:
+    """Images (B, 1, S, S) in [0, 1] as nested lists, rounded for the records."""
+    return np.round(images[:, 0].double().numpy(), PIXEL_DIGITS).tolist()
