@@ -171,9 +171,9 @@ def synthetic_frames(count: int, image_size: int, seed: int) -> tuple[torch.Tens
     """`count` synthetic pain frames (B, 1, S, S) in [0, 1] and their labels, drawn from one
     subject written by fedcare's generator and read back by the UNBC loader with the pain
     study's preprocessing (histogram equalisation, centre crop: `fedcare.data.transforms`)."""
-    from fedcare.data.synthetic.pain import generate_pain_cohort
+    from fedcare.data.unbc.synthetic import generate_pain_cohort
     from fedcare.data.transforms import centre_crop, preprocess
-    from fedcare.data.unbc import load_unbc, read_grey
+    from fedcare.data.unbc.reader import load_unbc, read_grey
 
     subject, pain_from = 42, 1.0  # pain = PSPI >= 1, the pain study's threshold
     sessions: dict[int, list[tuple[np.ndarray, float]]] = {}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -108,58 +109,68 @@ def ellipse(cx, cy, ax, ay, a0: float, a1: float, n: int) -> np.ndarray:
     return np.stack([cx + ax * np.cos(t), cy + ay * np.sin(t)], axis=-1)
 
 
-def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
-                  extra_shapes: Callable[[np.ndarray, dict], dict] | None = None) -> tuple[np.ndarray, dict, dict]:
-    """Landmarks (F, 66, 2), extra drawing polylines and per-frame wrinkle strengths, all in
-    image-fraction coordinates after the head pose."""
-    F = au.shape[0]
-    g = idn["gain"]
-    k = au.astype(float)
-    fk = g * k ** 1.4
-    a4, a6, a7, a9, a10, a12, a25, a26, a43 = (k[:, i] for i in range(9))
-    f4, f6, f7, f9, f10, f12, _, f26 = (fk[:, i] for i in range(8))
-    closed = a43 > 0
-    u = UNIT
-    cx = 0.5
-    # jitter columns: brow, eye opening (log), mouth corners, gaze, rot, tx, ty, scale, yaw, flicker
-    j_brow, j_eye, j_mouth, j_gaze = jit[:, 0] * 0.8 * u, jit[:, 1] * 0.07, jit[:, 2] * 0.7 * u, jit[:, 3] * 0.35
-    yaw = sess["yaw"] + 0.12 * jit[:, 8]
-    fdx = yaw[:, None] * 0.022  # internal features shift with yaw (cheap 3-D look)
+class _Expression(SimpleNamespace):
+    """What a face's parts need of one sequence: the AU intensities `a*` (raw) and `f*` (the
+    identity's gain, compressed), the per-frame jitter, yaw and the shapes already placed."""
 
-    lm = np.zeros((F, 66, 2))
-    # --- jaw 0..16 (AU26 drops the chin)
+
+def _expression(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict) -> _Expression:
+    e = _Expression(F=au.shape[0], g=idn["gain"], u=UNIT, cx=0.5)
+    k = au.astype(float)
+    fk = e.g * k ** 1.4
+    e.a4, e.a6, e.a7, e.a9, e.a10, e.a12, e.a25, e.a26, e.a43 = (k[:, i] for i in range(9))
+    e.f4, e.f6, e.f7, e.f9, e.f10, e.f12, _, e.f26 = (fk[:, i] for i in range(8))
+    e.closed = e.a43 > 0
+    # jitter columns: brow, eye opening (log), mouth corners, gaze, rot, tx, ty, scale, yaw, flicker
+    e.j_brow, e.j_eye, e.j_mouth, e.j_gaze = jit[:, 0] * 0.8 * e.u, jit[:, 1] * 0.07, jit[:, 2] * 0.7 * e.u, jit[:, 3] * 0.35
+    e.yaw = sess["yaw"] + 0.12 * jit[:, 8]
+    e.fdx = e.yaw[:, None] * 0.022  # internal features shift with yaw (cheap 3-D look)
+    return e
+
+
+def _jaw(lm: np.ndarray, idn: dict, e: _Expression) -> None:
+    """Landmarks 0..16 (AU26 drops the chin)."""
+    u, cx = e.u, e.cx
     phi = np.linspace(0, np.pi, 17)
     c, s = np.cos(phi), np.sin(phi)
     n = idn["jaw_n"]
     jx = cx - idn["fw"] * np.sign(c) * np.abs(c) ** (2 / n) * (1 - idn["taper"] * s**6)
     jy = idn["jaw_top"] + (idn["chin"] - idn["jaw_top"]) * np.abs(s) ** (2 / n)
-    drop = 1.8 * u * f26
-    lm[:, 0:17, 0] = jx + 0.3 * fdx * s
-    lm[:, 0:17, 1] = jy + drop[:, None] * s**2
+    e.drop = 1.8 * u * e.f26
+    lm[:, 0:17, 0] = jx + 0.3 * e.fdx * s
+    lm[:, 0:17, 1] = jy + e.drop[:, None] * s**2
 
-    # --- brows 17..21 (image left, outer->inner), 22..26 (inner->outer)
-    ew, eh, edx, ey = idn["eye_w"], idn["eye_h"], idn["eye_dx"], idn["eye_y"]
+
+def _brows(lm: np.ndarray, idn: dict, e: _Expression) -> None:
+    """Landmarks 17..21 (image left, outer->inner) and 22..26 (inner->outer)."""
+    u, cx, fdx = e.u, e.cx, e.fdx
+    ew, edx, ey = idn["eye_w"], idn["eye_dx"], idn["eye_y"]
     sidx = np.linspace(0, 1, 5)  # 0 outer, 1 inner
     bx = -(edx + 1.15 * ew) + sidx * 2.05 * ew  # offset from cx for the left-image brow
     by = ey - idn["brow_dy"] - idn["brow_arch"] * np.sin(np.pi * (0.15 + 0.75 * (1 - sidx)))
     inner_w = 0.35 + 0.65 * sidx
-    down = (1.3 * u * f4)[:, None] * inner_w + (0.45 * u * f9)[:, None] * sidx + (0.35 * u * f6)[:, None] * (1 - sidx)
-    inward = (0.9 * u * f4)[:, None] * inner_w
-    brow_y = by + down + j_brow[:, None]
+    down = (1.3 * u * e.f4)[:, None] * inner_w + (0.45 * u * e.f9)[:, None] * sidx + (0.35 * u * e.f6)[:, None] * (1 - sidx)
+    inward = (0.9 * u * e.f4)[:, None] * inner_w
+    brow_y = by + down + e.j_brow[:, None]
     lm[:, 17:22, 0] = cx + bx + inward + fdx
     lm[:, 17:22, 1] = brow_y + idn["asym"]
     lm[:, 22:27, 0] = cx - (bx + inward)[:, ::-1] + fdx
     lm[:, 22:27, 1] = brow_y[:, ::-1] - idn["asym"]
 
-    # --- eyes: lids as curves y = centre -/+ h * (1 - q^2)^0.8, q in [-1, 1]
-    h_lo_f = 1 - np.minimum(0.85, 0.085 * f6 + 0.11 * f7)
-    h_up_f = (1 - np.minimum(0.5, 0.02 * f6 + 0.05 * f7)) * np.exp(j_eye)
+
+def _eyes(lm: np.ndarray, idn: dict, e: _Expression) -> None:
+    """Landmarks 36..47 and `e.eyes`: per side the lids, the eye polygon and the iris.
+    Lids are curves y = centre -/+ h * (1 - q^2)^0.8, q in [-1, 1]."""
+    u, cx, closed = e.u, e.cx, e.closed
+    ew, eh, edx, ey = idn["eye_w"], idn["eye_h"], idn["eye_dx"], idn["eye_y"]
+    h_lo_f = 1 - np.minimum(0.85, 0.085 * e.f6 + 0.11 * e.f7)
+    h_up_f = (1 - np.minimum(0.5, 0.02 * e.f6 + 0.05 * e.f7)) * np.exp(e.j_eye)
     h_up = np.where(closed, 0.05 * eh, 1.05 * eh * h_up_f)
     h_lo = np.where(closed, 0.05 * eh, 0.85 * eh * h_lo_f)
-    ecy = ey - (0.5 * u * f6 + 0.6 * u * f7) * 0.5 + np.where(closed, 0.35 * eh, 0.0)
+    ecy = ey - (0.5 * u * e.f6 + 0.6 * u * e.f7) * 0.5 + np.where(closed, 0.35 * eh, 0.0)
     eyes = {}
     for side, sign in (("r", -1), ("l", 1)):
-        ex = cx + sign * edx + fdx[:, 0]
+        ex = cx + sign * edx + e.fdx[:, 0]
         q = np.linspace(-1, 1, 9)
         shape = (1 - q**2) ** 0.8
         xs = ex[:, None] + q * ew
@@ -169,7 +180,7 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
         # iris clipped to the lids (analytically, so it works for all frames at once)
         ang = np.linspace(0, 2 * np.pi, 14, endpoint=False)
         r = 0.95 * eh
-        ix = ex[:, None] + j_gaze[:, None] * ew * 0.5 + r * np.cos(ang)
+        ix = ex[:, None] + e.j_gaze[:, None] * ew * 0.5 + r * np.cos(ang)
         iy = (ecy - 0.1 * eh)[:, None] + r * np.sin(ang)
         qi = np.clip((ix - ex[:, None]) / ew, -0.97, 0.97)
         sh = (1 - qi**2) ** 0.8
@@ -191,26 +202,33 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
     lm[:, 42:46, 0], lm[:, 42:46, 1] = xs_l[:, qi_sel], up_l[:, qi_sel]
     lm[:, 46, :] = np.stack([xs_l[:, 5], lo_l[:, 5]], -1)
     lm[:, 47, :] = np.stack([xs_l[:, 3], lo_l[:, 3]], -1)
+    e.eyes = eyes
 
-    # --- nose 27..30 bridge, 31..35 base (AU9 lifts and flares the wings, AU10 a little)
-    ny, nw = idn["nose_y"], idn["nose_w"]
-    ndx = yaw[:, None] * 0.035
-    lm[:, 27:31, 0] = cx + fdx + np.linspace(0, 1, 4) * (ndx - fdx)
+
+def _nose(lm: np.ndarray, idn: dict, e: _Expression) -> None:
+    """Landmarks 27..30 (bridge) and 31..35 (base; AU9 lifts and flares the wings, AU10 a little)."""
+    u, cx, fdx = e.u, e.cx, e.fdx
+    ny, nw, ey = idn["nose_y"], idn["nose_w"], idn["eye_y"]
+    e.ndx = e.yaw[:, None] * 0.035
+    lm[:, 27:31, 0] = cx + fdx + np.linspace(0, 1, 4) * (e.ndx - fdx)
     lm[:, 27:31, 1] = np.linspace(ey - 0.004, ny, 4)
-    wing_up = 1.2 * u * f9 + 0.45 * u * f10
+    e.wing_up = 1.2 * u * e.f9 + 0.45 * u * e.f10
     base_x = np.array([-1.0, -0.5, 0.0, 0.5, 1.0]) * nw
     base_y = ny + np.array([0.004, 0.016, 0.021, 0.016, 0.004])
-    flare = (0.25 * u * f9)[:, None] * np.sign(base_x)
-    lm[:, 31:36, 0] = cx + base_x + flare + ndx
-    lm[:, 31:36, 1] = base_y - (wing_up[:, None] * np.array([1, 0.8, 0.45, 0.8, 1]))
+    flare = (0.25 * u * e.f9)[:, None] * np.sign(base_x)
+    lm[:, 31:36, 0] = cx + base_x + flare + e.ndx
+    lm[:, 31:36, 1] = base_y - (e.wing_up[:, None] * np.array([1, 0.8, 0.45, 0.8, 1]))
 
-    # --- mouth 48..59 outer lip, 60..65 inner lip
+
+def _mouth(lm: np.ndarray, idn: dict, e: _Expression) -> None:
+    """Landmarks 48..59 (outer lip) and 60..65 (inner lip); `e.gap` is how far it opens."""
+    u, cx, fdx, F = e.u, e.cx, e.fdx, e.F
     my, mw = idn["mouth_y"], idn["mouth_w"]
-    corner_up = 1.6 * u * f12 + j_mouth + 0.2 * u * f10
-    corner_out = 0.8 * u * f12
-    lip_raise = 1.3 * u * f10  # AU10 lifts the upper lip, most at the centre
-    gap = np.where(a25 > 0, 0.003 + 0.0035 * a25, 0.0) + 1.6 * u * f26 + np.where(a10 >= 3, 0.6 * u * f10, 0.0)
-    lower_drop = gap * 0.75 + drop * 0.9
+    corner_up = 1.6 * u * e.f12 + e.j_mouth + 0.2 * u * e.f10
+    corner_out = 0.8 * u * e.f12
+    lip_raise = 1.3 * u * e.f10  # AU10 lifts the upper lip, most at the centre
+    gap = np.where(e.a25 > 0, 0.003 + 0.0035 * e.a25, 0.0) + 1.6 * u * e.f26 + np.where(e.a10 >= 3, 0.6 * u * e.f10, 0.0)
+    lower_drop = gap * 0.75 + e.drop * 0.9
     upper_lift = gap * 0.25
     ox = np.array([-1, -0.62, -0.28, 0, 0.28, 0.62, 1, 0.6, 0.3, 0, -0.3, -0.6])
     oy_closed = np.array([0, -0.8, -1.1, -0.9, -1.1, -0.8, 0, 0.85, 1.0, 1.05, 1.0, 0.85])
@@ -228,11 +246,16 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
     inner_up = np.array([1, 1, 1, 0, 0, 0], bool)
     inner_x = cx + ix_ * mw + np.sign(ix_) * corner_out[:, None] * 0.4 + fdx
     inner_y = my - corner_up[:, None] * 0.3 + np.zeros(6)  # (F, 6)
-    inner_y = inner_y + np.where(inner_up, -(upper_lift + 0.8 * lip_raise * (a10 >= 3))[:, None] * (0.5 + 0.5 * iw),
+    inner_y = inner_y + np.where(inner_up, -(upper_lift + 0.8 * lip_raise * (e.a10 >= 3))[:, None] * (0.5 + 0.5 * iw),
                                  lower_drop[:, None] * (0.4 + 0.6 * iw))
     lm[:, 60:66, 0], lm[:, 60:66, 1] = inner_x, inner_y
+    e.gap = gap
 
-    # --- extra polylines/polygons for drawing
+
+def _head_shapes(lm: np.ndarray, idn: dict, e: _Expression) -> dict[str, np.ndarray]:
+    """The outline, hair, ears, neck, shoulders and cheek highlights (raised by AU6, a little by AU12)."""
+    u, cx, F = e.u, e.cx, e.F
+    ey, edx = idn["eye_y"], idn["eye_dx"]
     H = idn["jaw_top"] - idn["forehead"]
     fw = idn["fw"]
     extra: dict[str, np.ndarray] = {}
@@ -258,24 +281,31 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
     extra["neck"] = np.broadcast_to(np.array(neck), (F, 4, 2))
     extra["shoulders"] = ellipse(cx * ones, (idn["chin"] + 0.33) * ones, 0.55 * ones, 0.26 * ones,
                                   np.pi, 2 * np.pi, 13)
-    # cheek highlights, raised by AU6 (and a little by AU12)
-    cheek_up = 1.6 * u * f6 + 0.5 * u * f12 + 0.4 * u * f7
+    cheek_up = 1.6 * u * e.f6 + 0.5 * u * e.f12 + 0.4 * u * e.f7
     cheeks = []
     for sign in (-1, 1):
-        cheeks.append(ellipse(cx + sign * (edx + 0.01) + fdx[:, 0], ey + 0.075 - cheek_up,
+        cheeks.append(ellipse(cx + sign * (edx + 0.01) + e.fdx[:, 0], ey + 0.075 - cheek_up,
                                0.045 * ones, 0.026 * ones, 0, 2 * np.pi, 10))
     extra["cheeks"] = np.concatenate(cheeks, axis=1)
+    return extra
+
+
+def _wrinkle_shapes(lm: np.ndarray, idn: dict, e: _Expression) -> dict[str, np.ndarray]:
+    """Lower-lid bags, nasolabial folds, glabella furrows, nose-bridge wrinkles, crow's feet."""
+    u, cx, fdx, ndx = e.u, e.cx, e.fdx, e.ndx
+    ey, ny, nw, my, mw = idn["eye_y"], idn["nose_y"], idn["nose_w"], idn["mouth_y"], idn["mouth_w"]
+    extra: dict[str, np.ndarray] = {}
     # lower-lid bags: a line under each eye that follows the lower lid
     bag = []
     for side in ("r", "l"):
-        ex, xs, up, lo = eyes[side]
-        bag.append(np.stack([xs[:, 1:8], lo[:, 1:8] + 0.011 * (1 - 0.25 * np.minimum(f6, 4))[:, None]], -1))
+        ex, xs, up, lo = e.eyes[side]
+        bag.append(np.stack([xs[:, 1:8], lo[:, 1:8] + 0.011 * (1 - 0.25 * np.minimum(e.f6, 4))[:, None]], -1))
     extra["bags"] = np.stack(bag, 1)  # (F, 2, 7, 2)
     # nasolabial folds: nose wing -> past the mouth corner, pulled up by AU10/AU12/AU9
-    fold_up = 1.0 * u * f10 + 1.0 * u * f12 + 0.5 * u * f9
+    fold_up = 1.0 * u * e.f10 + 1.0 * u * e.f12 + 0.5 * u * e.f9
     folds = []
     for sign in (-1, 1):
-        p0 = np.stack([cx + sign * (nw + 0.01) + ndx[:, 0], ny - 0.004 - wing_up], -1)
+        p0 = np.stack([cx + sign * (nw + 0.01) + ndx[:, 0], ny - 0.004 - e.wing_up], -1)
         p1 = np.stack([cx + sign * (nw + 0.03) + fdx[:, 0], my - 0.02 - 0.5 * fold_up], -1)
         p2 = np.stack([cx + sign * (mw + 0.018) + fdx[:, 0], my + 0.03 - 0.7 * fold_up], -1)
         folds.append(np.stack([p0, p1, p2], 1))
@@ -290,7 +320,7 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
     # nose-bridge wrinkles (AU9): three short horizontal lines across the bridge
     nz = []
     for i, dy in enumerate((0.015, 0.027, 0.039)):
-        y = ey + dy - 0.3 * u * f9
+        y = ey + dy - 0.3 * u * e.f9
         half = nw * (0.45 + 0.1 * i)
         x0 = cx + fdx[:, 0] + (ndx[:, 0] - fdx[:, 0]) * (dy / (ny - ey))
         xs3, ys3 = (x0 - half, x0, x0 + half), (y + 0.002, y - 0.002, y + 0.002)  # a flat "^"
@@ -305,16 +335,26 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
             p1 = base + np.array([sign * 0.024, dy * 1.3])
             cf.append(np.stack([p0, p1], 1))
     extra["crows"] = np.stack(cf, 1)  # (F, 6, 2, 2)
-    extra["eye_r"], extra["eye_l"] = eyes["r_poly"], eyes["l_poly"]
-    extra["iris_r"], extra["iris_l"] = eyes["r_iris"], eyes["l_iris"]
-    extra["lid_r"] = np.stack([xs_r, up_r], -1)
-    extra["lid_l"] = np.stack([xs_l, up_l], -1)
-    extra["lower_r"] = np.stack([xs_r, lo_r], -1)
-    extra["lower_l"] = np.stack([xs_l, lo_l], -1)
+    return extra
 
-    # wrinkle and fold darkness: none added at intensity 1, clearly visible from 2-3 on
-    strength = {
-        "glabella": np.clip(0.16 * np.maximum(a4 - 1, 0), 0, 0.6) * min(g, 1.2),
+
+def _eye_shapes(e: _Expression) -> dict[str, np.ndarray]:
+    """The eye polygons, irises, upper lids and lower lids, as drawn."""
+    ex_r, xs_r, up_r, lo_r = e.eyes["r"]
+    ex_l, xs_l, up_l, lo_l = e.eyes["l"]
+    return {
+        "eye_r": e.eyes["r_poly"], "eye_l": e.eyes["l_poly"], "iris_r": e.eyes["r_iris"], "iris_l": e.eyes["l_iris"],
+        "lid_r": np.stack([xs_r, up_r], -1), "lid_l": np.stack([xs_l, up_l], -1),
+        "lower_r": np.stack([xs_r, lo_r], -1), "lower_l": np.stack([xs_l, lo_l], -1),
+    }
+
+
+def _strength(e: _Expression) -> dict[str, np.ndarray]:
+    """Wrinkle and fold darkness per frame: none added at intensity 1, clearly visible from
+    2-3 on; and whether the teeth show and the mouth or the eyes are open or closed."""
+    a4, a6, a7, a9, a10, a12, a25, a26, gap = e.a4, e.a6, e.a7, e.a9, e.a10, e.a12, e.a25, e.a26, e.gap
+    return {
+        "glabella": np.clip(0.16 * np.maximum(a4 - 1, 0), 0, 0.6) * min(e.g, 1.2),
         "nose_wrinkles": np.clip(0.16 * np.maximum(a9 - 1, 0), 0, 0.6),
         "crows": np.clip(0.13 * np.maximum(a6 - 1, 0) + 0.08 * np.maximum(a7 - 1, 0), 0, 0.6),
         "folds": np.clip(0.05 + 0.07 * np.maximum(a10 - 1, 0) + 0.05 * np.maximum(a12 - 1, 0)
@@ -322,13 +362,14 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
         "bags": np.clip(0.07 + 0.06 * np.maximum(np.maximum(a6, a7) - 1, 0), 0, 0.45),
         "teeth": (gap > 0.009) & ((a10 >= 3) | (a25 >= 2) | (a26 >= 1)),
         "open": gap > 0.0025,
-        "closed": closed,
+        "closed": e.closed,
     }
 
-    if extra_shapes is not None:
-        extra.update(extra_shapes(lm, extra))
 
-    # --- head pose (session + per-frame jitter): similarity about the face centre
+def _head_pose(lm: np.ndarray, extra: dict, jit: np.ndarray, sess: dict) -> tuple[np.ndarray, dict]:
+    """Every point of every frame moved by the head pose (session + per-frame jitter): one
+    similarity about the face centre."""
+    F = lm.shape[0]
     pivot = np.array([0.5, 0.55])
     scale = sess["scale"] * (1 + 0.012 * jit[:, 7])
     rot = np.deg2rad(sess["rot"] + 1.3 * jit[:, 4])
@@ -337,8 +378,6 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
     cr, sr = np.cos(rot) * scale, np.sin(rot) * scale
     M = np.stack([np.stack([cr, -sr], -1), np.stack([sr, cr], -1)], 1)  # (F, 2, 2)
     shift = pivot + np.stack([tx, ty], -1)
-
-    # one transform for every point of every frame
     parts = [lm] + list(extra.values())
     flat = np.concatenate([p.reshape(F, -1, 2) for p in parts], axis=1) - pivot
     moved = np.einsum("fij,fnj->fni", M, flat) + shift[:, None, :]
@@ -347,7 +386,23 @@ def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
         n = p[0].size // 2
         out.append(moved[:, start : start + n].reshape(p.shape))
         start += n
-    return out[0], dict(zip(extra.keys(), out[1:])), strength
+    return out[0], dict(zip(extra.keys(), out[1:]))
+
+
+def face_geometry(idn: dict, au: np.ndarray, jit: np.ndarray, sess: dict,
+                  extra_shapes: Callable[[np.ndarray, dict], dict] | None = None) -> tuple[np.ndarray, dict, dict]:
+    """Landmarks (F, 66, 2), extra drawing polylines and per-frame wrinkle strengths, all in
+    image-fraction coordinates after the head pose."""
+    e = _expression(idn, au, jit, sess)
+    lm = np.zeros((e.F, 66, 2))
+    for part in (_jaw, _brows, _eyes, _nose, _mouth):  # in this order: the mouth opens with the jaw
+        part(lm, idn, e)
+    extra = {**_head_shapes(lm, idn, e), **_wrinkle_shapes(lm, idn, e), **_eye_shapes(e)}
+    strength = _strength(e)
+    if extra_shapes is not None:
+        extra.update(extra_shapes(lm, extra))
+    lm, extra = _head_pose(lm, extra, jit, sess)
+    return lm, extra, strength
 
 
 # --------------------------------------------------------------------------------------

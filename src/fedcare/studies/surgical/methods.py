@@ -40,7 +40,7 @@ from fedcare.algorithms.base import EXTRA, ClientHalf, DelegatingClient, ServerH
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL
 from fedcare.algorithms.training import AdamW, ClientData, OneCycle, Randomness, SGD, TrainSettings, train_epochs
-from fedcare.data.surgical import TOOLS
+from fedcare.data.surgical.clients import TOOLS
 from fedcare.seeding import derive_seed
 from fedcare.studies.surgical.config import UNIFORM, SurgicalExperiment
 from fedcare.studies.surgical.models import HEAD

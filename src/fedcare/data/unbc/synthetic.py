@@ -85,7 +85,7 @@ from fedcare.data.synthetic.face import session_conditions as _session
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 from fedcare.data.common import SYNTHETIC_MARKER, THESIS_GROUP1, THESIS_GROUP2
 
-GENERATOR = "fedcare.data.synthetic.pain"
+GENERATOR = "fedcare.data.synthetic.pain"  # the marker keeps the name from before the dataset packages (same bytes)
 MARKER_FILE = SYNTHETIC_MARKER
 NOTE = "SYNTHETIC data, not UNBC-McMaster"
 

@@ -87,13 +87,13 @@ import cv2
 import numpy as np
 
 from fedcare.data.common import SYNTHETIC_MARKER
-from fedcare.data.heichole import test_videos
+from fedcare.data.surgical.heichole import test_videos
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 from fedcare.data.video import decoder_id
 
 __all__ = ["GENERATOR", "PHASES", "default_heichole_seconds", "generate_surgical", "plan_videos"]
 
-GENERATOR = "fedcare.data.synthetic.surgical"
+GENERATOR = "fedcare.data.synthetic.surgical"  # the marker keeps the name from before the dataset packages (same bytes)
 NOTE = "SYNTHETIC data, not Cholec80 / HeiChole: no patient, no surgery"
 FOURCC = "mp4v"
 

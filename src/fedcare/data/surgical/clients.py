@@ -1,7 +1,7 @@
 """The five clients of the Markert thesis (surgical tool presence), built from a Cholec80 copy
 and a HeiChole copy: the one entry point of the data layer for the surgical study.
 
-    from fedcare.data.surgical import TOOLS, FrameCache, normalize, thesis_clients
+    from fedcare.data.surgical.clients import TOOLS, FrameCache, normalize, thesis_clients
 
     clients = thesis_clients("data/cholec80", "data/heichole", cache=FrameCache(), seed=0)
     for name in clients.names:                             # HEI1 HEI2 CHO1 CHO2 CHO3
@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.cholec80 import SPLITS, Cholec80Dataset, load_cholec80, split_of
-from fedcare.data.heichole import HeiCholeDataset, load_heichole, test_videos
-from fedcare.data.surgical_common import (
+from fedcare.data.surgical.cholec80 import SPLITS, Cholec80Dataset, load_cholec80, split_of
+from fedcare.data.surgical.heichole import HeiCholeDataset, load_heichole, test_videos
+from fedcare.data.surgical.common import (
     BORDER_CLASSES,
     TOOLS,
     BorderThresholds,

@@ -157,6 +157,11 @@ class UnbcImageError(DataError):
     """A frame image is missing or cannot be decoded; the message names the path."""
 
 
+class UnbcUnusableError(DataError):
+    """A copy a run cannot use: a subject it needs is absent, or frames have problems a run
+    refuses (``FATAL_PROBLEMS``); the message names the paths."""
+
+
 @dataclass(frozen=True)
 class UnbcFrame:
     subject: int  # 42 for '042-ll042'
@@ -167,6 +172,10 @@ class UnbcFrame:
     pspi: float | None  # None when the PSPI file is missing or unparseable
     facs: dict[int, float] | None  # AU -> intensity; {} for an empty file; None if missing/bad
     landmarks: Path | None
+
+    def grey(self) -> np.ndarray:
+        """The frame image as 8-bit grey (``read_grey``)."""
+        return read_grey(self.image)
 
 
 @dataclass(frozen=True)
@@ -190,6 +199,11 @@ class UnbcDataset:
 
     def subjects(self) -> list[int]:
         return sorted({f.subject for f in self.frames})
+
+    def frames_of(self, subjects: Iterable[int]) -> list[UnbcFrame]:
+        """The frames of `subjects`, in (subject, session, index) order."""
+        wanted = set(subjects)
+        return [f for f in self.frames if f.subject in wanted]
 
     def sequences(self, subject: int) -> list[str]:
         """The subject's sequences in session order (index = session)."""
@@ -601,6 +615,30 @@ def load_unbc(
         parts=parts,
         checked_images=check_images,
     )
+
+
+def load_for_run(root: Path | str, subjects: Iterable[int]) -> UnbcDataset:
+    """`load_unbc` for a run on `subjects`: every subject present and no frame with a problem a
+    run refuses, else UnbcUnusableError naming the folder or the files (five of them, and
+    the command that lists them all)."""
+    subjects = sorted({int(s) for s in subjects})
+    dataset = load_unbc(root, subjects=subjects)
+    images = dataset.parts.get("Images") or Path(root) / "Images"
+    for k in sorted(set(subjects) - set(dataset.subjects())):  # before its labels are listed "without image"
+        folder = images / subject_dir_name(images, k)
+        if folder.is_dir():
+            raise UnbcUnusableError(f"subject {k} has no frames in {folder}")
+        raise UnbcUnusableError(f"{root}: subject {k} not found: no {images}/{k:03d}-* folder "
+                                f"(found subjects {', '.join(map(str, dataset.subjects()))})")
+    fatal = [p for p in dataset.problems if p.kind in FATAL_PROBLEMS]
+    if fatal:
+        listed = "\n".join(f"  {p.kind}: {p.path} ({p.detail})" for p in fatal[:5])
+        more = f"\n  ... and {len(fatal) - 5} more" if len(fatal) > 5 else ""
+        raise UnbcUnusableError(
+            f"{root}: {len(fatal)} frame(s) cannot be used:\n{listed}{more}\n"
+            f"(`fedcare data summary unbc {root}` lists every problem)"
+        )
+    return dataset
 
 
 def _check_one(frame: UnbcFrame) -> list[tuple[str, Path, str]]:

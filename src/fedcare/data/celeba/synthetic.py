@@ -9,7 +9,7 @@
     list_eval_partition.txt             "000001.jpg 0" (0 train, 1 valid, 2 test)
     fedcare-synthetic.json              marker: these are NOT real people
 
-so ``fedcare.data.celeba.load_celeba`` reads it unchanged.
+so ``fedcare.data.celeba.reader.load_celeba`` reads it unchanged.
 
 Faces are drawn by the pain generator's face drawer (``synthetic/face.py``) at 218 x 218 and
 cropped to the central 178 columns. Each identity is a face shape, skin, hair and eye colour
@@ -67,14 +67,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from fedcare.data.celeba import ATTRIBUTES
+from fedcare.data.celeba.reader import ATTRIBUTES
 from fedcare.data.common import SYNTHETIC_MARKER
 from fedcare.data.synthetic import face
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 
 __all__ = ["HEIGHT", "VISUAL_ATTRIBUTES", "WIDTH", "SynthFace", "draw_face", "generate_celeba", "identity_traits"]
 
-GENERATOR = "fedcare.data.synthetic.celeba"
+GENERATOR = "fedcare.data.synthetic.celeba"  # the marker keeps the name from before the dataset packages (same bytes)
 NOTE = "SYNTHETIC data, not CelebA: procedurally drawn faces of people who do not exist"
 WIDTH, HEIGHT = 178, 218
 _RENDER = 218  # faces are drawn on a 218 x 218 square, columns 20..197 kept
