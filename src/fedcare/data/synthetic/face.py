@@ -419,94 +419,95 @@ def colour(a: np.ndarray) -> tuple[float, float, float]:
     return (float(a[0]), float(a[1]), float(a[2]))
 
 
-def render_faces(idn: dict, sess: dict, lm: np.ndarray, extra: dict, st: dict, size: int,
-                 flicker: np.ndarray, rng: np.random.Generator,
-                 decorate: Callable[..., None] | None = None) -> np.ndarray:
-    F = lm.shape[0]
-    k16 = size * 16.0
-    P = {k_: np.round(v * k16).astype(np.int32) for k_, v in extra.items()}
-    L = np.round(lm * k16).astype(np.int32)
-    AA, SH = cv2.LINE_AA, 4
+def _palette(idn: dict, sess: dict, st: dict, k16: float) -> SimpleNamespace:
+    """The colours of one identity in one session, the per-frame shade of each wrinkle, and the
+    brows' half-thickness (in the 1/16-pixel units of the drawing)."""
     skin, hair, brow, lip = idn["skin"], idn["hair"], idn["brow"], idn["lip"]
     shadow = skin * 0.42
-    bg = np.empty((size, size, 3), np.uint8)
-    bg[:] = np.clip(sess["bg"], 0, 255).astype(np.uint8)
-    skin_c = colour(skin)
-    ear_c = mix(skin, shadow, 0.12)
-    neck_c = mix(skin, shadow, 0.22)
-    hair_c, brow_c, lip_c = colour(hair), colour(brow), colour(lip)
-    cheek_c = mix(skin, np.minimum(skin * 1.12 + 8, 255), 0.35)
-    sclera_c = mix(np.array([215.0, 222, 228]), skin, 0.35)
-    iris_c = colour(idn["iris"])
-    lash_c = mix(brow, np.zeros(3), 0.5)
-    mouth_c = (35.0, 30.0, 45.0)
-    teeth_c = (200.0, 215.0, 225.0)
-    clothes_c = colour(sess["clothes"])
+    c = SimpleNamespace(skin=colour(skin), ear=mix(skin, shadow, 0.12), neck=mix(skin, shadow, 0.22),
+                        hair=colour(hair), brow=colour(brow), lip=colour(lip))
+    c.cheek = mix(skin, np.minimum(skin * 1.12 + 8, 255), 0.35)
+    c.sclera = mix(np.array([215.0, 222, 228]), skin, 0.35)
+    c.iris = colour(idn["iris"])
+    c.lash = mix(brow, np.zeros(3), 0.5)
+    c.mouth = (35.0, 30.0, 45.0)
+    c.teeth = (200.0, 215.0, 225.0)
+    c.clothes = colour(sess["clothes"])
     shade = {key: (skin[None, :] * (1 - st[key][:, None]) + shadow[None, :] * st[key][:, None]).tolist()
              for key in ("bags", "folds", "nose_wrinkles", "glabella", "crows")}
-    shade = {key: [tuple(c) for c in v] for key, v in shade.items()}
-    nose_c, nostril_c, lower_c = mix(skin, shadow, 0.12), mix(skin, shadow, 0.45), mix(skin, shadow, 0.35)
-    lipline_c = mix(lip, np.zeros(3), 0.45)
+    c.shade = {key: [tuple(v_) for v_ in v] for key, v in shade.items()}
+    c.nose, c.nostril, c.lower = mix(skin, shadow, 0.12), mix(skin, shadow, 0.45), mix(skin, shadow, 0.35)
+    c.lipline = mix(lip, np.zeros(3), 0.45)
     th = idn["brow_th"] * k16
     taper = np.array([0.55, 0.8, 1.0, 1.0, 0.9])
-    brow_off = {17: np.stack([np.zeros(5), th * 0.5 * taper], -1),  # half-thickness per brow point
-                22: np.stack([np.zeros(5), th * 0.5 * taper[::-1]], -1)}
-    frames = np.empty((F, size, size, 3), np.uint8)
-    for f in range(F):
-        img = bg.copy()
-        cv2.fillPoly(img, [P["hair_back"][f]], hair_c, AA, SH)
-        cv2.fillPoly(img, [P["shoulders"][f]], clothes_c, AA, SH)
-        cv2.fillPoly(img, [P["neck"][f]], neck_c, AA, SH)
-        ears = P["ears"][f]
-        cv2.fillPoly(img, [ears[:10], ears[10:]], ear_c, AA, SH)
-        cv2.fillPoly(img, [P["face"][f]], skin_c, AA, SH)
-        cv2.fillPoly(img, [P["hair_cap"][f]], hair_c, AA, SH)
-        ch = P["cheeks"][f]
-        cv2.fillPoly(img, [ch[:10], ch[10:]], cheek_c, AA, SH)
-        if decorate is not None:
-            decorate(img, f, L, P, "skin")
-        cv2.polylines(img, list(P["bags"][f]), False, shade["bags"][f], 1, AA, SH)
-        cv2.polylines(img, list(P["folds"][f]), False, shade["folds"][f], 1, AA, SH)
-        if st["nose_wrinkles"][f] > 0:
-            cv2.polylines(img, list(P["nose_wrinkles"][f]), False, shade["nose_wrinkles"][f], 1, AA, SH)
-        if st["glabella"][f] > 0:
-            cv2.polylines(img, list(P["glabella"][f]), False, shade["glabella"][f], 1, AA, SH)
-        # nose: side shadow and nostrils
-        cv2.polylines(img, [L[f, 27:31]], False, nose_c, 1, AA, SH)
-        cv2.polylines(img, [L[f, 31:36]], False, nostril_c, 1, AA, SH)
-        # brows as filled tapered polygons
-        brows = []
-        for i0, off in brow_off.items():
-            b = L[f, i0 : i0 + 5]
-            brows.append(np.round(np.concatenate([b - off, (b + off)[::-1]])).astype(np.int32))
-        cv2.fillPoly(img, brows, brow_c, AA, SH)
-        # eyes
-        if st["closed"][f]:
-            cv2.polylines(img, [P["lid_r"][f], P["lid_l"][f]], False, lash_c, 1, AA, SH)
-        else:
-            cv2.fillPoly(img, [P["eye_r"][f], P["eye_l"][f]], sclera_c, AA, SH)
-            cv2.fillPoly(img, [P["iris_r"][f], P["iris_l"][f]], iris_c, AA, SH)
-            cv2.polylines(img, [P["lid_r"][f], P["lid_l"][f]], False, lash_c, 1, AA, SH)
-            cv2.polylines(img, [P["lower_r"][f], P["lower_l"][f]], False, lower_c, 1, AA, SH)
-        if st["crows"][f] > 0:
-            cv2.polylines(img, list(P["crows"][f]), False, shade["crows"][f], 1, AA, SH)
-        # mouth
-        cv2.fillPoly(img, [L[f, 48:60]], lip_c, AA, SH)
-        if st["open"][f]:
-            inner = np.concatenate([L[f, 48:49], L[f, 60:63], L[f, 54:55], L[f, 63:66]])
-            cv2.fillPoly(img, [inner], mouth_c, AA, SH)
-            if st["teeth"][f]:
-                upper = L[f, 60:63].astype(np.float64)
-                drop = (L[f, 64] - L[f, 61]) * 0.45
-                tooth = np.concatenate([upper, (upper + drop)[::-1]])
-                cv2.fillPoly(img, [np.round(tooth).astype(np.int32)], teeth_c, AA, SH)
-        else:
-            line = np.concatenate([L[f, 48:49], L[f, 60:63], L[f, 54:55]])
-            cv2.polylines(img, [line], False, lipline_c, 1, AA, SH)
-        if decorate is not None:
-            decorate(img, f, L, P, "top")
-        frames[f] = img
-    # photometry, all frames at once: light gradient, colour cast, gain, contrast, noise, blur
+    c.brow_off = {17: np.stack([np.zeros(5), th * 0.5 * taper], -1),  # half-thickness per brow point
+                  22: np.stack([np.zeros(5), th * 0.5 * taper[::-1]], -1)}
+    return c
+
+
+_AA, _SH = cv2.LINE_AA, 4  # anti-aliased, coordinates in 1/16 pixel
+
+
+def _draw_head(img: np.ndarray, f: int, L: np.ndarray, P: dict, st: dict, c: SimpleNamespace) -> None:
+    """The flat shapes: hair, shoulders, neck, ears, face, hair cap and cheeks."""
+    AA, SH = _AA, _SH
+    cv2.fillPoly(img, [P["hair_back"][f]], c.hair, AA, SH)
+    cv2.fillPoly(img, [P["shoulders"][f]], c.clothes, AA, SH)
+    cv2.fillPoly(img, [P["neck"][f]], c.neck, AA, SH)
+    ears = P["ears"][f]
+    cv2.fillPoly(img, [ears[:10], ears[10:]], c.ear, AA, SH)
+    cv2.fillPoly(img, [P["face"][f]], c.skin, AA, SH)
+    cv2.fillPoly(img, [P["hair_cap"][f]], c.hair, AA, SH)
+    ch = P["cheeks"][f]
+    cv2.fillPoly(img, [ch[:10], ch[10:]], c.cheek, AA, SH)
+
+
+def _draw_skin_lines(img: np.ndarray, f: int, L: np.ndarray, P: dict, st: dict, c: SimpleNamespace) -> None:
+    """Bags, folds and wrinkles, the nose's side shadow and nostrils, the brows."""
+    AA, SH = _AA, _SH
+    cv2.polylines(img, list(P["bags"][f]), False, c.shade["bags"][f], 1, AA, SH)
+    cv2.polylines(img, list(P["folds"][f]), False, c.shade["folds"][f], 1, AA, SH)
+    if st["nose_wrinkles"][f] > 0:
+        cv2.polylines(img, list(P["nose_wrinkles"][f]), False, c.shade["nose_wrinkles"][f], 1, AA, SH)
+    if st["glabella"][f] > 0:
+        cv2.polylines(img, list(P["glabella"][f]), False, c.shade["glabella"][f], 1, AA, SH)
+    cv2.polylines(img, [L[f, 27:31]], False, c.nose, 1, AA, SH)
+    cv2.polylines(img, [L[f, 31:36]], False, c.nostril, 1, AA, SH)
+    brows = []  # filled tapered polygons
+    for i0, off in c.brow_off.items():
+        b = L[f, i0 : i0 + 5]
+        brows.append(np.round(np.concatenate([b - off, (b + off)[::-1]])).astype(np.int32))
+    cv2.fillPoly(img, brows, c.brow, AA, SH)
+
+
+def _draw_eyes_and_mouth(img: np.ndarray, f: int, L: np.ndarray, P: dict, st: dict, c: SimpleNamespace) -> None:
+    """Eyes (or closed lids), crow's feet, lips, and an open mouth with its teeth."""
+    AA, SH = _AA, _SH
+    if st["closed"][f]:
+        cv2.polylines(img, [P["lid_r"][f], P["lid_l"][f]], False, c.lash, 1, AA, SH)
+    else:
+        cv2.fillPoly(img, [P["eye_r"][f], P["eye_l"][f]], c.sclera, AA, SH)
+        cv2.fillPoly(img, [P["iris_r"][f], P["iris_l"][f]], c.iris, AA, SH)
+        cv2.polylines(img, [P["lid_r"][f], P["lid_l"][f]], False, c.lash, 1, AA, SH)
+        cv2.polylines(img, [P["lower_r"][f], P["lower_l"][f]], False, c.lower, 1, AA, SH)
+    if st["crows"][f] > 0:
+        cv2.polylines(img, list(P["crows"][f]), False, c.shade["crows"][f], 1, AA, SH)
+    cv2.fillPoly(img, [L[f, 48:60]], c.lip, AA, SH)
+    if st["open"][f]:
+        inner = np.concatenate([L[f, 48:49], L[f, 60:63], L[f, 54:55], L[f, 63:66]])
+        cv2.fillPoly(img, [inner], c.mouth, AA, SH)
+        if st["teeth"][f]:
+            upper = L[f, 60:63].astype(np.float64)
+            drop = (L[f, 64] - L[f, 61]) * 0.45
+            tooth = np.concatenate([upper, (upper + drop)[::-1]])
+            cv2.fillPoly(img, [np.round(tooth).astype(np.int32)], c.teeth, AA, SH)
+    else:
+        line = np.concatenate([L[f, 48:49], L[f, 60:63], L[f, 54:55]])
+        cv2.polylines(img, [line], False, c.lipline, 1, AA, SH)
+
+
+def _photometry(frames: np.ndarray, sess: dict, flicker: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """All frames at once: light gradient, colour cast, gain, contrast, sensor noise, blur."""
     x = frames.astype(np.float32)
     x *= sess["light"][None] * sess["cast"][None, None, None, :]
     x *= (sess["gain"] * (1 + 0.015 * flicker)).astype(np.float32)[:, None, None, None]
@@ -516,6 +517,31 @@ def render_faces(idn: dict, sess: dict, lm: np.ndarray, extra: dict, st: dict, s
     x += (raw[0].astype(np.float32) + raw[1] - 255.0) * np.float32(sess["noise"] / 104.1)
     out = np.clip(np.round(x), 0, 255).astype(np.uint8)
     if sess["blur"] > 0.25:
-        for f in range(F):
+        for f in range(len(out)):
             out[f] = cv2.GaussianBlur(out[f], (0, 0), sess["blur"])
     return out
+
+
+def render_faces(idn: dict, sess: dict, lm: np.ndarray, extra: dict, st: dict, size: int,
+                 flicker: np.ndarray, rng: np.random.Generator,
+                 decorate: Callable[..., None] | None = None) -> np.ndarray:
+    """(F, size, size, 3) uint8 frames of the face `face_geometry` placed; `decorate(img, f, L,
+    P, layer)` draws more on the skin ("skin") and over everything ("top")."""
+    k16 = size * 16.0
+    P = {k_: np.round(v * k16).astype(np.int32) for k_, v in extra.items()}
+    L = np.round(lm * k16).astype(np.int32)
+    c = _palette(idn, sess, st, k16)
+    bg = np.empty((size, size, 3), np.uint8)
+    bg[:] = np.clip(sess["bg"], 0, 255).astype(np.uint8)
+    frames = np.empty((lm.shape[0], size, size, 3), np.uint8)
+    for f in range(lm.shape[0]):
+        img = bg.copy()
+        _draw_head(img, f, L, P, st, c)
+        if decorate is not None:
+            decorate(img, f, L, P, "skin")
+        _draw_skin_lines(img, f, L, P, st, c)
+        _draw_eyes_and_mouth(img, f, L, P, st, c)
+        if decorate is not None:
+            decorate(img, f, L, P, "top")
+        frames[f] = img
+    return _photometry(frames, sess, flicker, rng)
