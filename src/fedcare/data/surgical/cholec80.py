@@ -15,7 +15,7 @@ Layout (reference/dataset-formats.md §3.1)::
 Folder and file names are matched case-insensitively; the 7 tool columns are found by their
 header names (any order, any case), so only the names must be right.
 
-Choices (the thesis and the reference are silent; see also surgical_common's docstring
+Choices (the thesis and the reference are silent; see also common's docstring
 for the border classes)
 --------------------------------------------------------------------------------------
 

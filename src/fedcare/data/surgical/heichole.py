@@ -31,7 +31,7 @@ Choices (the thesis and the reference are silent)
   own annotation row.
 * **Tools.** c0..c5 are the thesis's 6 tools one to one (HeiChole's categories are its label
   space). **Stapler (c6) is dropped** (thesis §5.1), as is the undefined shaft (c20).
-* **White frames** (``surgical_common.white_frames``) are dropped, with their labels.
+* **White frames** (``common.white_frames``) are dropped, with their labels.
 * **Frame-count tolerance**: rows must number the video's frames within ``tolerance_s`` = 2
   seconds' worth of frames; sampled frames past the last row are left out (``unlabelled``).
 * **Rows** must be numbered 0, 1, 2, ... (one per frame); 22 fields each.

@@ -97,7 +97,7 @@ GENERATOR = "fedcare.data.synthetic.surgical"  # the marker keeps the name from 
 NOTE = "SYNTHETIC data, not Cholec80 / HeiChole: no patient, no surgery"
 FOURCC = "mp4v"
 
-# tool slots, thesis order (surgical_common.TOOLS) plus the HeiChole-only stapler
+# tool slots, thesis order (common.TOOLS) plus the HeiChole-only stapler
 GRASPER, CLIPPER, COAG, SCISSORS, SUCTION, BAG, STAPLER = range(7)
 N_TOOLS = 6
 

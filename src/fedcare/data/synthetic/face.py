@@ -12,7 +12,7 @@ neck, shoulders, cheeks and wrinkles, all in image-fraction coordinates of a squ
   AR(1) jitter ``jit`` (F, 10), after the head pose;
 * ``render_faces(...)``: BGR uint8 frames (F, size, size, 3).
 
-The code was moved here unchanged from ``synthetic/pain.py`` (which imports it under its old
+The code came from the pain generator (``unbc/synthetic.py``, which imports it under its old
 private names); the pain generator's files are byte-identical to before the move. Two optional
 hooks let another generator add parts without touching the pain drawing:
 
