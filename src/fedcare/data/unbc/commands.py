@@ -93,7 +93,6 @@ def _parse_subjects(text: str | None) -> list[int] | None:
         return [int(part) for part in text.replace(" ", "").split(",") if part]
     except ValueError:
         fail(f"--subjects {text!r}: expected comma-separated subject numbers like 42,43,47")
-        raise  # unreachable
 
 
 def synth_pain(
@@ -117,11 +116,9 @@ def synth_pain(
 
     Writes OUT in the real archive's layout plus fedcare-synthetic.json, then prints what was
     generated. Exit code 2 when OUT exists (without --overwrite) or an option is invalid."""
+    from fedcare.data.unbc.synthetic import generate_pain_cohort
+
     subject_list = _parse_subjects(subjects)
-    try:
-        from fedcare.data.unbc.synthetic import generate_pain_cohort
-    except ImportError as e:  # pragma: no cover - only while the generator is being written
-        fail(f"the synthetic pain generator is not available ({e})")
     try:
         with progress_bar("generating synthetic cohort") as update:
             result = generate_pain_cohort(
