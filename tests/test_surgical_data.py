@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 from fedcare.data import video as video_module
-from fedcare.data.cholec80 import load_cholec80, read_tool_annotation, split_of
-from fedcare.data.cholec80 import map_tools as cholec_map
+from fedcare.data.surgical.cholec80 import load_cholec80, read_tool_annotation, split_of
+from fedcare.data.surgical.cholec80 import map_tools as cholec_map
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
-from fedcare.data.heichole import load_heichole, read_instrument_annotation, test_videos
-from fedcare.data.heichole import map_tools as heichole_map
-from fedcare.data.surgical import (
+from fedcare.data.surgical.heichole import load_heichole, read_instrument_annotation, test_videos
+from fedcare.data.surgical.heichole import map_tools as heichole_map
+from fedcare.data.surgical.clients import (
     CLIENTS,
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -38,7 +38,7 @@ from fedcare.data.surgical import (
     thesis_clients,
     white_frames,
 )
-from fedcare.data.synthetic.surgical import generate_surgical, plan_videos
+from fedcare.data.surgical.synthetic import generate_surgical, plan_videos
 
 SMALL = {"seed": 3, "videos": 2, "heichole_videos": 4, "seconds": 16}
 TINY = {"seed": 5, "videos": 2, "heichole_videos": 4, "seconds": 8, "width": 128, "height": 72}

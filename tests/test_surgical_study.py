@@ -23,8 +23,8 @@ from fedcare.algorithms.messages import Message
 from fedcare.cli import app
 from fedcare.config import ConfigError, to_toml
 from fedcare.studies.load import load_config
-from fedcare.data.surgical import TOOLS, FrameCache, thesis_clients
-from fedcare.data.synthetic.surgical import generate_surgical
+from fedcare.data.surgical.clients import TOOLS, FrameCache, thesis_clients
+from fedcare.data.surgical.synthetic import generate_surgical
 from fedcare.deployment.app import check_experiment
 from fedcare.runtime.federation import Federation
 from fedcare.studies import run as run_module

@@ -13,8 +13,8 @@ import cv2
 import numpy as np
 import pytest
 
-from fedcare.data.synthetic import pain
-from fedcare.data.synthetic.pain import (
+from fedcare.data.unbc import synthetic as pain
+from fedcare.data.unbc.synthetic import (
     DEFAULT_SUBJECTS,
     GROUP1,
     GROUP2,

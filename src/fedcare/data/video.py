@@ -213,6 +213,35 @@ def _sampling(fps: float | None, indices: Sequence[int] | None) -> dict:
     return {"fps": float(fps)}
 
 
+def _retrieve(cap: cv2.VideoCapture, path: Path, i: int, size: tuple[int, int] | None) -> tuple[np.ndarray, tuple[int, int]]:
+    """The grabbed frame `i` as RGB uint8 (resized to `size` with INTER_AREA unless None), and its native size."""
+    ok, frame = cap.retrieve()
+    if not ok or frame is None:
+        raise VideoDecodeError(f"{path}: cannot decode frame {i}")
+    if frame.ndim == 2:
+        frame = cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)
+    source_size = (frame.shape[1], frame.shape[0])
+    if size is not None and source_size != size:
+        frame = cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
+    return cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), source_size
+
+
+def _check_decoded(path: Path, wanted: set[int] | None, taken: list[int], frame_count: int, declared: int,
+                   native_fps: float) -> None:
+    """VideoDecodeError naming the file when a requested frame is past the end, nothing was
+    decoded, or decoding stopped well before the frame count the file declares."""
+    if wanted is not None and len(taken) < len(wanted):
+        missing = sorted(wanted.difference(taken))
+        raise VideoDecodeError(f"{path}: frame {missing[0]} requested but the video has only {frame_count} frames")
+    if frame_count == 0 or not taken:
+        raise VideoDecodeError(f"{path}: no frame could be decoded (empty or corrupt video)")
+    if wanted is None and declared > 0:
+        short = declared - frame_count
+        if short > SHORT_FRACTION * declared and short > SHORT_SECONDS * native_fps:
+            raise VideoDecodeError(f"{path}: decoding stopped after {frame_count} of the {declared} frames the "
+                                   f"file declares (truncated or corrupt video)")
+
+
 def decode_video(
     path: Path | str,
     sink: Callable[[np.ndarray], None],
@@ -258,30 +287,14 @@ def decode_video(
                 if not cap.grab():
                     break
                 if (i in wanted) if wanted is not None else (i % step == 0):
-                    ok, frame = cap.retrieve()
-                    if not ok or frame is None:
-                        raise VideoDecodeError(f"{path}: cannot decode frame {i}")
-                    if frame.ndim == 2:
-                        frame = cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)
-                    source_size = (frame.shape[1], frame.shape[0])
-                    if size is not None and source_size != size:
-                        frame = cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
-                    sink(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
+                    frame, source_size = _retrieve(cap, path, i, size)
+                    sink(frame)
                     taken.append(i)
                 i += 1
         finally:
             cap.release()
     frame_count = i
-    if wanted is not None and len(taken) < len(wanted):
-        missing = sorted(wanted.difference(taken))
-        raise VideoDecodeError(f"{path}: frame {missing[0]} requested but the video has only {frame_count} frames")
-    if frame_count == 0 or not taken:
-        raise VideoDecodeError(f"{path}: no frame could be decoded (empty or corrupt video)")
-    if wanted is None and declared > 0:
-        short = declared - frame_count
-        if short > SHORT_FRACTION * declared and short > SHORT_SECONDS * native_fps:
-            raise VideoDecodeError(f"{path}: decoding stopped after {frame_count} of the {declared} frames the "
-                                   f"file declares (truncated or corrupt video)")
+    _check_decoded(path, wanted, taken, frame_count, declared, native_fps)
     return {
         "native_fps": native_fps, "frame_count": frame_count, "declared_frame_count": declared,
         "source_size": list(source_size), "step": step, "frame_indices": taken,

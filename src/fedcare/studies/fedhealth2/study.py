@@ -11,7 +11,7 @@ from torch import nn
 from fedcare.algorithms import Algorithm
 from fedcare.algorithms.base import ClientId
 from fedcare.config import ConfigError
-from fedcare.data.xray import CLASSES
+from fedcare.data.xray.reader import CLASSES
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study

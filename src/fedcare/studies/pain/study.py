@@ -47,7 +47,7 @@ class PainStudy(Study):
         data, protocol = self.config.data, self.config.protocol
         root = data.root
         if data.synthetic is not None and not (workdir / SYNTHETIC_DIR).is_dir():  # a resumed run has it
-            from fedcare.data.synthetic.pain import generate_pain_cohort
+            from fedcare.data.unbc.synthetic import generate_pain_cohort
 
             syn = data.synthetic
             generate_pain_cohort(

@@ -11,7 +11,7 @@ from torch import nn
 
 from fedcare.algorithms import Algorithm
 from fedcare.config import ConfigError
-from fedcare.data.surgical import CLIENT_SOURCES
+from fedcare.data.surgical.clients import CLIENT_SOURCES
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study

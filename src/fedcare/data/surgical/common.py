@@ -1,6 +1,6 @@
 """What the Cholec80 and HeiChole loaders share: the thesis's 6-tool label space, the video
 record, problems and errors, and the two frame measurements (black side borders, white
-censored frames). The study should import from ``fedcare.data.surgical``, which re-exports
+censored frames). The study should import from ``fedcare.data.surgical.clients``, which re-exports
 everything here.
 
 Black borders
