@@ -108,3 +108,31 @@ def test_a_wrong_path_is_reported_before_the_training_stack_is_imported(args, tm
     first, *rest = out.stdout.splitlines()
     assert first == "2 False", out.stdout + out.stderr
     assert "error:" in " ".join(rest)
+
+
+BAD_SITE_NAMES = ["../x", "/tmp/abs", "", ".", "..", "a" * 300, "a b", "x/y"]
+
+
+@pytest.mark.parametrize("name", BAD_SITE_NAMES)
+def test_a_site_name_that_is_not_an_identifier_is_refused_before_anything_is_written(tmp_path, name):
+    """`flower certs OUT --site ../x` wrote outside OUT; '', '.', '..' and 300 characters gave
+    tracebacks, and the failed call left ca.* behind so a retry was refused."""
+    runner = CliRunner()
+    for args in (["flower", "certs", str(tmp_path / "certs"), "--site", "ok", "--site", name],
+                 ["flower", "site-key", str(tmp_path / "sk"), name],
+                 ["flower", "supernode", "--site", name, "--data-dir", str(tmp_path), "--state-dir", str(tmp_path / "st"),
+                  "--insecure", "--dry-run"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "site name" in result.output and "Traceback" not in result.output, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, inside or outside
+    assert runner.invoke(app, ["flower", "certs", str(tmp_path / "certs"), "--site", "ok"]).exit_code == 0  # a retry works
+
+
+def test_a_config_refuses_a_site_name_that_is_not_an_identifier(tmp_path):
+    from fedcare.config import ConfigError
+    from fedcare.studies.load import load_config
+
+    path = tmp_path / "x.toml"
+    path.write_text('methods = ["F(C)"]\n[data]\nroot = "unbc"\n[deployment.sites]\n"../43" = 43\n')
+    with pytest.raises(ConfigError, match=r"x.toml: deployment.sites: Value error, site name '../43': use 1 to 64"):
+        load_config(path)

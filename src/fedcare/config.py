@@ -29,6 +29,19 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 
 
+# A site's name becomes file names (keys/<site>, keys/<site>.pub) and a SuperNode's identity:
+# one pattern, checked wherever a name enters (config, `fedcare flower certs/site-key/supernode`).
+SITE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def site_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a site's name (None: it can)."""
+    if SITE_NAME.fullmatch(name):
+        return None
+    return (f"site name {name!r}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit "
+            "(a site's name becomes its key files' names)")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -67,6 +80,9 @@ class Deployment(Strict):
     @field_validator("sites")
     @classmethod
     def _distinct(cls, sites: dict[str, int | str]) -> dict[str, int | str]:
+        problems = [p for p in map(site_name_problem, sites) if p]
+        if problems:
+            raise ValueError(problems[0])
         clients = list(sites.values())
         if len(set(clients)) != len(clients):
             raise ValueError("two sites are mapped to the same client")

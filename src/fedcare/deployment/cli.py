@@ -78,6 +78,15 @@ def _exec(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> N
     os.execvpe(cmd[0], cmd, {**os.environ, **env})
 
 
+def _check_site_names(names: list[str]) -> None:
+    from fedcare.config import site_name_problem
+
+    for name in names:
+        problem = site_name_problem(name)
+        if problem:
+            _fail(problem)
+
+
 def _quote(s: str) -> str:
     return s if re.fullmatch(r"[\w@%+=:,./-]+", s) else "'" + s.replace("'", "'\"'\"'") + "'"
 
@@ -99,11 +108,18 @@ def certs(
     """Coordinator: a CA, the SuperLink's TLS certificate and one key pair per site."""
     from fedcare.runtime.flower.certs import make_certificates, make_site_key
 
+    _check_site_names(site)  # before anything is written: a refused call leaves nothing behind
     if (out / "ca.crt").exists():
         _fail(f"{out}: certificates exist already; choose another folder (a new CA would lock out every site)")
-    make_certificates(out, list(host), days)
-    for name in site:
-        make_site_key(out, name)
+    before = set(out.rglob("*")) if out.is_dir() else set()
+    try:
+        make_certificates(out, list(host), days)
+        for name in site:
+            make_site_key(out, name)
+    except (OSError, ValueError) as e:  # a full or read-only disk, a bad host name: nothing half-made is kept
+        for path in sorted(set(out.rglob("*")) - before, reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        _fail(f"{out}: {e}")
     console.print(f"wrote {out}/ca.crt, server.pem, server.key" + (f" and keys for {', '.join(site)}" if site else ""))
 
 
@@ -115,6 +131,7 @@ def site_key(
     """Site: make this site's authentication key pair (send only the .pub to the coordinator)."""
     from fedcare.runtime.flower.certs import make_site_key
 
+    _check_site_names([site])
     if (out / "keys" / site).exists():
         _fail(f"{out / 'keys' / site}: exists already")
     private, public = make_site_key(out, site)
@@ -164,6 +181,7 @@ def supernode(
     dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
 ) -> None:
     """Site: start a Flower SuperNode for this site."""
+    _check_site_names([site])
     if not data_dir.is_dir():
         _fail(f"--data-dir {data_dir}: no such directory")
     state_dir.mkdir(parents=True, exist_ok=True)
