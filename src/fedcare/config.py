@@ -184,6 +184,14 @@ class Experiment(Strict):
             return move_renamed(raw, cls.renamed, (info.context or {}).get("source"))
         return raw
 
+    @field_validator("methods")
+    @classmethod
+    def _distinct_methods(cls, methods: list[str]) -> list[str]:
+        twice = sorted({m for m in methods if methods.count(m) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once (each method runs once per seed)")
+        return methods
+
     @model_validator(mode="after")
     def _audit_offered(self) -> "Experiment":
         if self.privacy is not None and self.privacy.audit is not None and not self.offers_membership_audit:
