@@ -182,3 +182,13 @@ def test_face_verification_with_fewer_identities_than_clients_is_refused(tmp_pat
         load_config(_write(tmp_path, text))
     with pytest.raises(ConfigError, match=r"data.synthetic.identities = 8 is fewer than data.clients = 12"):
         load_config(_write(tmp_path, text.replace("identities = 10", "identities = 40").replace("identities = 30", "identities = 8")))
+
+
+def test_a_relative_data_root_is_stored_resolved(tmp_path, monkeypatch):
+    """`fedcare run exp.toml` (a relative config path) kept `root = "unbc"` in the run's
+    config.toml, and `fedcare resume` then looked for it inside `<out>.partial`."""
+    _write(tmp_path, MINIMAL)
+    monkeypatch.chdir(tmp_path)
+    config = load_config("exp.toml")
+    assert config.data.root == tmp_path / "unbc" and config.data.root.is_absolute()
+    assert f'root = "{tmp_path / "unbc"}"' in to_toml(config)

@@ -294,7 +294,7 @@ def validate(model: type[Experiment], raw: dict[str, Any], path: Path | str,
         config = model.model_validate(raw, context={"source": str(path)})
     except ValidationError as e:
         raise ConfigError(validation_message(e, model, path, overrides or [])) from None
-    return config.relative_to(path.parent)
+    return config.relative_to(path.parent.resolve())  # absolute: a resume reads config.toml elsewhere
 
 
 def validation_message(error: ValidationError, model: type[BaseModel], path: Path, overrides: list[str]) -> str:
