@@ -505,3 +505,18 @@ def test_cli_synth_surgical_is_deterministic(tmp_path):
     for rel in ("cholec80/videos/video61.mp4", "heichole/Videos/Full/Hei-Chole16.mp4"):
         a, b = cache.frames(out / rel), cache.frames(again / rel)
         assert a.shape == b.shape and np.abs(a.astype(int) - b.astype(int)).mean() < 1.0
+
+
+@pytest.mark.parametrize("how", ["deleted", "link to /dev/zero"])
+def test_a_video_its_annotation_lists_but_the_copy_lacks_is_an_error(synth, tmp_path, how):
+    """A missing video (annotation kept) dropped CHO2's frames 29 -> 17 with exit 0 and no note."""
+    root = copy_cholec(synth, tmp_path)
+    video = root / "videos" / "video02.mp4"
+    video.unlink()
+    if how != "deleted":
+        video.symlink_to("/dev/zero")
+    with pytest.raises(SurgicalAnnotationError, match="video02-tool.txt: no video") as err:
+        load_cholec80(root, cache=FrameCache(tmp_path / "c"), numbers=[1, 2, 3])
+    assert isinstance(err.value, DataError)
+    ds = load_cholec80(root, cache=FrameCache(tmp_path / "c"), numbers=[1, 2, 3], strict=False)  # the summary lists it
+    assert ("annotation_without_video", root / "tool_annotations" / "video02-tool.txt") in {(p.kind, p.path) for p in ds.problems}
