@@ -520,3 +520,32 @@ def test_a_video_its_annotation_lists_but_the_copy_lacks_is_an_error(synth, tmp_
     assert isinstance(err.value, DataError)
     ds = load_cholec80(root, cache=FrameCache(tmp_path / "c"), numbers=[1, 2, 3], strict=False)  # the summary lists it
     assert ("annotation_without_video", root / "tool_annotations" / "video02-tool.txt") in {(p.kind, p.path) for p in ds.problems}
+
+
+def test_a_zero_filled_cache_entry_of_the_right_size_is_decoded_again(synth, tmp_path):
+    """A crash can leave a file of the right size full of zeros: it was served as frames."""
+    import os
+
+    video = synth / "cholec80" / "videos" / "video01.mp4"
+    first = FrameCache(tmp_path / "c")
+    frames = np.array(first.frames(video))
+    npy = next((tmp_path / "c").glob("*.npy"))
+    meta = json.loads(npy.with_suffix(".json").read_text())
+    assert len(meta["frames_sha256"]) == 64
+    assert npy.stat().st_mode & 0o777 == 0o666 & ~_umask()  # entries follow the umask, not a fixed 0644
+    header = npy.stat().st_size - frames.nbytes
+    with open(npy, "r+b") as f:
+        f.seek(header)
+        f.write(bytes(frames.nbytes))
+        f.flush()
+        os.fsync(f.fileno())
+    again = FrameCache(tmp_path / "c")
+    assert np.array_equal(again.frames(video), frames)
+    assert again.stats().misses == 1 and again.stats().hits == 0  # checked, found damaged, decoded again
+    assert np.array_equal(FrameCache(tmp_path / "c").frames(video), frames)
+
+
+def _umask() -> int:
+    from fedcare.files import umask
+
+    return umask()
