@@ -68,7 +68,7 @@ class PainStudy(Study):
     def clients(self) -> list[int]:
         return list(self.config.protocol.subjects)
 
-    def open_site(self, site: str, data_dir: Path) -> PainSite:
+    def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> PainSite:
         """A site holds one subject (one client per patient, as in the thesis), read from its
         own UNBC-McMaster copy."""
         subject = self.site_client(site)
