@@ -136,3 +136,19 @@ def test_a_config_refuses_a_site_name_that_is_not_an_identifier(tmp_path):
     path.write_text('methods = ["F(C)"]\n[data]\nroot = "unbc"\n[deployment.sites]\n"../43" = 43\n')
     with pytest.raises(ConfigError, match=r"x.toml: deployment.sites: Value error, site name '../43': use 1 to 64"):
         load_config(path)
+
+
+@pytest.mark.parametrize("out", ["", ".", "..", "/"])
+def test_an_out_that_names_no_new_folder_is_one_clear_line(out, tmp_path):
+    """`--out ''` printed "PosixPath('.') has an empty name"."""
+    config = Path(__file__).parents[1] / "configs" / "fedhealth2" / "demo.toml"
+    result = CliRunner().invoke(app, ["run", str(config), "--out", out])
+    assert result.exit_code == 2 and "name a new folder for the run" in result.output and "PosixPath" not in result.output
+
+
+def test_an_experiment_nested_too_deeply_is_one_clear_line(tmp_path):
+    """TOML nested 5,000 deep gave a RecursionError traceback."""
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    result = CliRunner().invoke(app, ["run", str(deep)])
+    assert result.exit_code == 2 and f"{deep}: nested too deeply" in result.output and "Traceback" not in result.output

@@ -217,6 +217,8 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    except RecursionError:
+        raise ConfigError(f"--set {key.strip()}=...: the value is nested too deeply") from None
     node = raw
     parts = key.strip().split(".")
     for part in parts[:-1]:
@@ -279,6 +281,8 @@ def parse_toml(text: str, path: Path | str, overrides: list[str] | None = None) 
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:  # tomllib recurses per nesting level
+        raise ConfigError(f"{path}: nested too deeply to be an experiment file") from None
     for assignment in overrides or []:
         apply_override(raw, assignment)
     return raw
