@@ -152,3 +152,40 @@ def test_an_experiment_nested_too_deeply_is_one_clear_line(tmp_path):
     deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
     result = CliRunner().invoke(app, ["run", str(deep)])
     assert result.exit_code == 2 and f"{deep}: nested too deeply" in result.output and "Traceback" not in result.output
+
+
+def test_supernode_refuses_what_would_expose_or_break_the_site(tmp_path):
+    """Port 99999, a world-readable auth key, a world-writable, read-only or file state dir
+    were accepted without a word."""
+    import os
+
+    def supernode(*extra):
+        base = ["flower", "supernode", "--site", "a", "--data-dir", str(tmp_path), "--dry-run"]
+        return CliRunner().invoke(app, [*base, *extra])
+
+    state = tmp_path / "state"
+    key = tmp_path / "a.key"
+    key.write_text("k")
+    ca = tmp_path / "ca.crt"
+    ca.write_text("c")
+    secure = ["--root-certificates", str(ca), "--auth-key", str(key)]
+    key.chmod(0o600)
+    assert supernode("--state-dir", str(state), *secure).exit_code == 0
+    cases = [
+        (["--state-dir", str(state), "--port", "99999", "--insecure"], "--port 99999: not a port"),
+        (["--state-dir", str(key), "--insecure"], "exists and is not a directory"),
+    ]
+    for args, said in cases:
+        result = supernode(*args)
+        assert result.exit_code == 2 and said in result.output, result.output
+    key.chmod(0o644)
+    result = supernode("--state-dir", str(state), *secure)
+    assert result.exit_code == 2 and "readable by others (mode 644)" in result.output
+    key.chmod(0o600)
+    state.chmod(0o777)
+    result = supernode("--state-dir", str(state), *secure)
+    assert result.exit_code == 2 and "writable by every user" in result.output
+    if os.geteuid() != 0:  # root writes anywhere
+        state.chmod(0o500)
+        assert "not writable" in supernode("--state-dir", str(state), "--insecure").output
+    state.chmod(0o700)

@@ -78,6 +78,23 @@ def _exec(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> N
     os.execvpe(cmd[0], cmd, {**os.environ, **env})
 
 
+def _check_state_dir(state_dir: Path) -> None:
+    """The site's state folder exists (made if need be), is a folder this process can write, and
+    no other user can: it holds the site's private layers."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        _fail(f"--state-dir {state_dir}: exists and is not a directory")
+    except OSError as e:
+        _fail(f"--state-dir {state_dir}: cannot be made ({e.strerror or e})")
+    if not os.access(state_dir, os.W_OK | os.X_OK):
+        _fail(f"--state-dir {state_dir}: not writable by this user")
+    mode = state_dir.stat().st_mode
+    if mode & 0o002:
+        _fail(f"--state-dir {state_dir}: writable by every user (mode {mode & 0o777:o}); another user could "
+              f"replace this site's state: chmod o-w {state_dir}")
+
+
 def _check_site_names(names: list[str]) -> None:
     from fedcare.config import site_name_problem
 
@@ -182,9 +199,14 @@ def supernode(
 ) -> None:
     """Site: start a Flower SuperNode for this site."""
     _check_site_names([site])
+    if not 1 <= port <= 65535:
+        _fail(f"--port {port}: not a port (1 to 65535)")
     if not data_dir.is_dir():
         _fail(f"--data-dir {data_dir}: no such directory")
-    state_dir.mkdir(parents=True, exist_ok=True)
+    _check_state_dir(state_dir)
+    if auth_key is not None and auth_key.is_file() and auth_key.stat().st_mode & 0o077:
+        _fail(f"--auth-key {auth_key}: readable by others (mode {auth_key.stat().st_mode & 0o777:o}); "
+              f"it is this site's identity: chmod 600 {auth_key}")
     node_config = " ".join(f'{k}={json.dumps(str(v))}' for k, v in
                            (("site", site), ("data-dir", data_dir.resolve()), ("state-dir", state_dir.resolve())))
     cmd = ["flower-supernode", "--superlink", superlink_address, "--host", "127.0.0.1", "--port", str(port),
