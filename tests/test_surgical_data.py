@@ -549,3 +549,23 @@ def _umask() -> int:
     from fedcare.files import umask
 
     return umask()
+
+
+def test_a_sigkilled_decodes_scratch_file_is_removed_by_the_next_decode(synth, tmp_path):
+    """A SIGKILL while decoding left `.decode-*.raw` in the cache forever."""
+    import os
+    import subprocess
+    import sys
+
+    from fedcare.data.video import _decode_prefix
+
+    root = tmp_path / "c"
+    root.mkdir()
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    left = root / f"{_decode_prefix(dead)}abc.raw"
+    left.write_bytes(b"x" * 100)
+    running = root / f"{_decode_prefix(os.getpid())}def.raw"  # a decode going on in a live process
+    running.write_bytes(b"y")
+    FrameCache(root).frames(synth / "cholec80" / "videos" / "video01.mp4")
+    assert not left.exists() and running.exists()

@@ -49,12 +49,14 @@ container declares (more than 2% and more than 1 s short) raises ``VideoDecodeEr
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import itertools
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -67,7 +69,7 @@ import cv2
 import numpy as np
 
 from fedcare.data.common import DataError
-from fedcare.files import umask
+from fedcare.files import process_alive, umask
 
 __all__ = [
     "CACHE_FORMAT",
@@ -415,7 +417,8 @@ class FrameCache:
     def _decode(self, video: Path | str, key: str, npy: Path, meta: Path, *, fps: float | None,
                 indices: Sequence[int] | None) -> CachedVideo:
         Path(self.root).mkdir(parents=True, exist_ok=True)
-        raw_fd, raw_name = tempfile.mkstemp(prefix=".decode-", suffix=".raw", dir=self.root)
+        _remove_dead_decodes(Path(self.root))
+        raw_fd, raw_name = tempfile.mkstemp(prefix=f"{_decode_prefix(os.getpid())}", suffix=".raw", dir=self.root)
         npy_tmp = meta_tmp = None
         shape: list[tuple[int, ...]] = []
         checksum = hashlib.sha256()
@@ -496,6 +499,25 @@ class FrameCache:
                 removed += entry.name.endswith(".npy") and not entry.name.startswith(".")
                 os.unlink(entry.path)
         return removed
+
+
+def _decode_host_prefix() -> str:
+    return f".decode-{_SAFE.sub('_', socket.gethostname())}-"
+
+
+def _decode_prefix(pid: int) -> str:
+    """A decode's scratch file names its host and process, so a later decode can tell a
+    SIGKILLed one's leftovers from a running one's (in a cache shared across machines too)."""
+    return f"{_decode_host_prefix()}{pid}-"
+
+
+def _remove_dead_decodes(root: Path) -> None:
+    """Remove scratch files of decodes on this host whose process is gone."""
+    host_prefix = _decode_host_prefix()
+    for entry in root.glob(f"{glob.escape(host_prefix)}*.raw"):
+        pid = entry.name[len(host_prefix):].split("-", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            entry.unlink(missing_ok=True)
 
 
 def _frames_sha256(frames: np.ndarray) -> str:
