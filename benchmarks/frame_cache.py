@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.synthetic.surgical import generate_surgical
+from fedcare.data.surgical.synthetic import generate_surgical
 from fedcare.data.video import DEFAULT_SIZE, FrameCache, decode_video
 
 BATCH = 128

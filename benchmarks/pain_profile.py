@@ -214,7 +214,7 @@ def main() -> None:
     generate_seconds = None
     root = args.data
     if root is None:
-        from fedcare.data.synthetic.pain import generate_pain_cohort
+        from fedcare.data.unbc.synthetic import generate_pain_cohort
 
         root = args.out / f"unbc-{args.frame_scale:g}"
         if not root.is_dir():

@@ -26,7 +26,7 @@ def _two_threads():
 def pain_cohort(tmp_path_factory) -> Path:
     """Synthetic UNBC-McMaster subjects 42 (pretraining), 43, 80 and 92. Shared by the Flower
     pain tests (deploy, Ray, in-process), which only read it."""
-    from fedcare.data.synthetic.pain import generate_pain_cohort
+    from fedcare.data.unbc.synthetic import generate_pain_cohort
 
     root = tmp_path_factory.mktemp("data") / "unbc"
     generate_pain_cohort(root, subjects=[42, 43, 80, 92], frame_scale=0.02, image_size=32)

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 from fedcare.data import haar
-from fedcare.data import identity_partition as ip
-from fedcare.data.celeba import (
+from fedcare.data.celeba import identity_partition as ip
+from fedcare.data.celeba.reader import (
     ATTRIBUTES,
     CelebaFormatError,
     CelebaImageError,
@@ -30,9 +30,9 @@ from fedcare.data.celeba import (
     load_celeba,
     summarize,
 )
-from fedcare.data.celeba_federation import federated_celeba
+from fedcare.data.celeba.federation import federated_celeba
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
-from fedcare.data.synthetic.celeba import HEIGHT, WIDTH, draw_face, generate_celeba
+from fedcare.data.celeba.synthetic import HEIGHT, WIDTH, draw_face, generate_celeba
 
 SMALL = dict(identities=8, images_per_identity=4, workers=1)
 

@@ -108,3 +108,84 @@ def test_a_wrong_path_is_reported_before_the_training_stack_is_imported(args, tm
     first, *rest = out.stdout.splitlines()
     assert first == "2 False", out.stdout + out.stderr
     assert "error:" in " ".join(rest)
+
+
+BAD_SITE_NAMES = ["../x", "/tmp/abs", "", ".", "..", "a" * 300, "a b", "x/y"]
+
+
+@pytest.mark.parametrize("name", BAD_SITE_NAMES)
+def test_a_site_name_that_is_not_an_identifier_is_refused_before_anything_is_written(tmp_path, name):
+    """`flower certs OUT --site ../x` wrote outside OUT; '', '.', '..' and 300 characters gave
+    tracebacks, and the failed call left ca.* behind so a retry was refused."""
+    runner = CliRunner()
+    for args in (["flower", "certs", str(tmp_path / "certs"), "--site", "ok", "--site", name],
+                 ["flower", "site-key", str(tmp_path / "sk"), name],
+                 ["flower", "supernode", "--site", name, "--data-dir", str(tmp_path), "--state-dir", str(tmp_path / "st"),
+                  "--insecure", "--dry-run"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "site name" in result.output and "Traceback" not in result.output, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, inside or outside
+    assert runner.invoke(app, ["flower", "certs", str(tmp_path / "certs"), "--site", "ok"]).exit_code == 0  # a retry works
+
+
+def test_a_config_refuses_a_site_name_that_is_not_an_identifier(tmp_path):
+    from fedcare.config import ConfigError
+    from fedcare.studies.load import load_config
+
+    path = tmp_path / "x.toml"
+    path.write_text('methods = ["F(C)"]\n[data]\nroot = "unbc"\n[deployment.sites]\n"../43" = 43\n')
+    with pytest.raises(ConfigError, match=r"x.toml: deployment.sites: Value error, site name '../43': use 1 to 64"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("out", ["", ".", "..", "/"])
+def test_an_out_that_names_no_new_folder_is_one_clear_line(out, tmp_path):
+    """`--out ''` printed "PosixPath('.') has an empty name"."""
+    config = Path(__file__).parents[1] / "configs" / "fedhealth2" / "demo.toml"
+    result = CliRunner().invoke(app, ["run", str(config), "--out", out])
+    assert result.exit_code == 2 and "name a new folder for the run" in result.output and "PosixPath" not in result.output
+
+
+def test_an_experiment_nested_too_deeply_is_one_clear_line(tmp_path):
+    """TOML nested 5,000 deep gave a RecursionError traceback."""
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    result = CliRunner().invoke(app, ["run", str(deep)])
+    assert result.exit_code == 2 and f"{deep}: nested too deeply" in result.output and "Traceback" not in result.output
+
+
+def test_supernode_refuses_what_would_expose_or_break_the_site(tmp_path):
+    """Port 99999, a world-readable auth key, a world-writable, read-only or file state dir
+    were accepted without a word."""
+    import os
+
+    def supernode(*extra):
+        base = ["flower", "supernode", "--site", "a", "--data-dir", str(tmp_path), "--dry-run"]
+        return CliRunner().invoke(app, [*base, *extra])
+
+    state = tmp_path / "state"
+    key = tmp_path / "a.key"
+    key.write_text("k")
+    ca = tmp_path / "ca.crt"
+    ca.write_text("c")
+    secure = ["--root-certificates", str(ca), "--auth-key", str(key)]
+    key.chmod(0o600)
+    assert supernode("--state-dir", str(state), *secure).exit_code == 0
+    cases = [
+        (["--state-dir", str(state), "--port", "99999", "--insecure"], "--port 99999: not a port"),
+        (["--state-dir", str(key), "--insecure"], "exists and is not a directory"),
+    ]
+    for args, said in cases:
+        result = supernode(*args)
+        assert result.exit_code == 2 and said in result.output, result.output
+    key.chmod(0o644)
+    result = supernode("--state-dir", str(state), *secure)
+    assert result.exit_code == 2 and "readable by others (mode 644)" in result.output
+    key.chmod(0o600)
+    state.chmod(0o777)
+    result = supernode("--state-dir", str(state), *secure)
+    assert result.exit_code == 2 and "writable by every user" in result.output
+    if os.geteuid() != 0:  # root writes anywhere
+        state.chmod(0o500)
+        assert "not writable" in supernode("--state-dir", str(state), "--insecure").output
+    state.chmod(0o700)

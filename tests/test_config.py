@@ -166,3 +166,29 @@ def test_every_shipped_config_written_with_the_old_names_resolves_to_the_same_va
 def test_an_old_name_beside_a_new_table_that_is_not_a_table_is_an_error_naming_it(tmp_path):
     with pytest.raises(ConfigError, match=r"exp.toml: train: Input should be a valid dictionary"):
         load_config(_write(tmp_path, 'train = 3\n' + FEDHEALTH2 + "[options]\nfedprox_mu = 0.1\n"))
+
+
+def test_a_method_listed_twice_is_refused(tmp_path):
+    """FedHealth 2 accepted methods = ["fedavg", "fedavg"] and reported "finished" at 5 of 10."""
+    with pytest.raises(ConfigError, match=r"exp.toml: methods: Value error, fedavg listed more than once"):
+        load_config(_write(tmp_path, FEDHEALTH2.replace('methods = ["fedprox"]', 'methods = ["fedavg", "fedavg"]')))
+
+
+def test_face_verification_with_fewer_identities_than_clients_is_refused(tmp_path):
+    """It ran with empty clients and an all-NA table."""
+    text = ('study = "facerec"\nmethods = ["fedavg"]\n[data]\nidentities = 10\nclients = 12\n'
+            '[data.synthetic]\nidentities = 30\n[protocol]\nunseen = [12]\n')
+    with pytest.raises(ConfigError, match=r"data.identities = 10 is fewer than data.clients = 12"):
+        load_config(_write(tmp_path, text))
+    with pytest.raises(ConfigError, match=r"data.synthetic.identities = 8 is fewer than data.clients = 12"):
+        load_config(_write(tmp_path, text.replace("identities = 10", "identities = 40").replace("identities = 30", "identities = 8")))
+
+
+def test_a_relative_data_root_is_stored_resolved(tmp_path, monkeypatch):
+    """`fedcare run exp.toml` (a relative config path) kept `root = "unbc"` in the run's
+    config.toml, and `fedcare resume` then looked for it inside `<out>.partial`."""
+    _write(tmp_path, MINIMAL)
+    monkeypatch.chdir(tmp_path)
+    config = load_config("exp.toml")
+    assert config.data.root == tmp_path / "unbc" and config.data.root.is_absolute()
+    assert f'root = "{tmp_path / "unbc"}"' in to_toml(config)

@@ -14,7 +14,7 @@ import torch
 from sklearn.metrics import roc_curve
 
 from fedcare.algorithms.split import load_tensors
-from fedcare.data.synthetic.celeba import generate_celeba
+from fedcare.data.celeba.synthetic import generate_celeba
 from fedcare.evaluation.verification import pairs_tar_at_far, sample_pairs, tar_at_far
 from fedcare.models.face_resnet import FaceResNet, arcface_logits
 from fedcare.runtime.clients import LocalClients

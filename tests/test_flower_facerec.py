@@ -9,7 +9,7 @@ import pytest
 from flower_inprocess import run_experiment_on_flower
 from test_facerec import records, small_config
 
-from fedcare.data.synthetic.celeba import generate_celeba
+from fedcare.data.celeba.synthetic import generate_celeba
 from fedcare.studies.run import run_study
 
 

@@ -11,8 +11,8 @@ import pytest
 from flower_inprocess import run_experiment_on_flower
 
 from fedcare.config import ConfigError
-from fedcare.data.synthetic.pamap2 import generate_pamap2
-from fedcare.data.synthetic.xray import generate_xray
+from fedcare.data.pamap2.synthetic import generate_pamap2
+from fedcare.data.xray.synthetic import generate_xray
 from fedcare.deployment.app import check_experiment
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.run import run_study

@@ -11,7 +11,7 @@ import torch
 import pytest
 
 from fedcare.data.transforms import four_variants, precrop_size, preprocess
-from fedcare.data.unbc import load_unbc, read_grey
+from fedcare.data.unbc.reader import load_unbc, read_grey
 from fedcare.seeding import numpy_rng
 from fedcare.studies.pain.cohort import PainSite, build_cohort, pretraining_sets
 

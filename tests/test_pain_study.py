@@ -10,9 +10,8 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 from fedcare.studies.load import load_config
-from fedcare.data.synthetic.pain import generate_pain_cohort
-from fedcare.data.unbc import UnbcImageError, UnbcLayoutError
-from fedcare.studies.pain.cohort import PainDataError
+from fedcare.data.unbc.synthetic import generate_pain_cohort
+from fedcare.data.unbc.reader import UnbcImageError, UnbcLayoutError, UnbcUnusableError
 from fedcare.studies.pain.config import PainExperiment
 from fedcare.studies.pain.report import summary_markdown
 from fedcare.studies.run import run_study
@@ -122,8 +121,8 @@ def _some(root: Path, pattern: str) -> Path:
     "damage, error",
     [
         (lambda r: _some(r, "Images/043-*/*/*.png").write_bytes(b"not a png"), UnbcImageError),
-        (lambda r: _some(r, "Frame_Labels/PSPI/080-*/*/*_facs.txt").unlink(), PainDataError),
-        (lambda r: _some(r, "Images/092-*/*/*.png").unlink(), PainDataError),
+        (lambda r: _some(r, "Frame_Labels/PSPI/080-*/*/*_facs.txt").unlink(), UnbcUnusableError),
+        (lambda r: _some(r, "Images/092-*/*/*.png").unlink(), UnbcUnusableError),
     ],
     ids=["corrupt-image", "missing-label", "missing-image"],
 )

@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from fedcare.data.pamap2 import (
+from fedcare.data.pamap2.reader import (
     CHANNEL_COLUMNS,
     CHANNEL_NAMES,
     PAPER_ACTIVITIES,
@@ -22,7 +22,7 @@ from fedcare.data.pamap2 import (
     make_windows,
     read_pamap2_file,
 )
-from fedcare.data.synthetic.pamap2 import generate_pamap2
+from fedcare.data.pamap2.synthetic import generate_pamap2
 from fedcare.data.common import SYNTHETIC_MARKER
 from fedcare.models.har_cnn import HarCNN
 

@@ -73,7 +73,7 @@ def test_privacy_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path
 def test_dp_sgd_on_flower_equals_the_simulator(tmp_path):
     """DP-SGD at the sites: the GroupNorm model, the noise and each client's ledger (in
     Flower's Context.state) give the simulator's records, epsilon included, bit for bit."""
-    from fedcare.data.synthetic.pain import generate_pain_cohort
+    from fedcare.data.unbc.synthetic import generate_pain_cohort
     from test_flower_pain import SUBJECTS, _records, _run_on_flower, flower_config
 
     root = tmp_path / "unbc"

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from fedcare.cli import app
 from fedcare.config import ConfigError, to_toml
 from fedcare.studies.load import load_config
-from fedcare.data.synthetic.pain import generate_pain_cohort
+from fedcare.data.unbc.synthetic import generate_pain_cohort
 from fedcare.studies import run as run_module
 from fedcare.studies.checkpoint import CHECKPOINT_FILE
 from fedcare.studies.pain.config import PainExperiment

@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 from fedcare.data import video as video_module
-from fedcare.data.cholec80 import load_cholec80, read_tool_annotation, split_of
-from fedcare.data.cholec80 import map_tools as cholec_map
+from fedcare.data.surgical.cholec80 import load_cholec80, read_tool_annotation, split_of
+from fedcare.data.surgical.cholec80 import map_tools as cholec_map
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
-from fedcare.data.heichole import load_heichole, read_instrument_annotation, test_videos
-from fedcare.data.heichole import map_tools as heichole_map
-from fedcare.data.surgical import (
+from fedcare.data.surgical.heichole import load_heichole, read_instrument_annotation, test_videos
+from fedcare.data.surgical.heichole import map_tools as heichole_map
+from fedcare.data.surgical.clients import (
     CLIENTS,
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -38,7 +38,7 @@ from fedcare.data.surgical import (
     thesis_clients,
     white_frames,
 )
-from fedcare.data.synthetic.surgical import generate_surgical, plan_videos
+from fedcare.data.surgical.synthetic import generate_surgical, plan_videos
 
 SMALL = {"seed": 3, "videos": 2, "heichole_videos": 4, "seconds": 16}
 TINY = {"seed": 5, "videos": 2, "heichole_videos": 4, "seconds": 8, "width": 128, "height": 72}
@@ -505,3 +505,67 @@ def test_cli_synth_surgical_is_deterministic(tmp_path):
     for rel in ("cholec80/videos/video61.mp4", "heichole/Videos/Full/Hei-Chole16.mp4"):
         a, b = cache.frames(out / rel), cache.frames(again / rel)
         assert a.shape == b.shape and np.abs(a.astype(int) - b.astype(int)).mean() < 1.0
+
+
+@pytest.mark.parametrize("how", ["deleted", "link to /dev/zero"])
+def test_a_video_its_annotation_lists_but_the_copy_lacks_is_an_error(synth, tmp_path, how):
+    """A missing video (annotation kept) dropped CHO2's frames 29 -> 17 with exit 0 and no note."""
+    root = copy_cholec(synth, tmp_path)
+    video = root / "videos" / "video02.mp4"
+    video.unlink()
+    if how != "deleted":
+        video.symlink_to("/dev/zero")
+    with pytest.raises(SurgicalAnnotationError, match="video02-tool.txt: no video") as err:
+        load_cholec80(root, cache=FrameCache(tmp_path / "c"), numbers=[1, 2, 3])
+    assert isinstance(err.value, DataError)
+    ds = load_cholec80(root, cache=FrameCache(tmp_path / "c"), numbers=[1, 2, 3], strict=False)  # the summary lists it
+    assert ("annotation_without_video", root / "tool_annotations" / "video02-tool.txt") in {(p.kind, p.path) for p in ds.problems}
+
+
+def test_a_zero_filled_cache_entry_of_the_right_size_is_decoded_again(synth, tmp_path):
+    """A crash can leave a file of the right size full of zeros: it was served as frames."""
+    import os
+
+    video = synth / "cholec80" / "videos" / "video01.mp4"
+    first = FrameCache(tmp_path / "c")
+    frames = np.array(first.frames(video))
+    npy = next((tmp_path / "c").glob("*.npy"))
+    meta = json.loads(npy.with_suffix(".json").read_text())
+    assert len(meta["frames_sha256"]) == 64
+    assert npy.stat().st_mode & 0o777 == 0o666 & ~_umask()  # entries follow the umask, not a fixed 0644
+    header = npy.stat().st_size - frames.nbytes
+    with open(npy, "r+b") as f:
+        f.seek(header)
+        f.write(bytes(frames.nbytes))
+        f.flush()
+        os.fsync(f.fileno())
+    again = FrameCache(tmp_path / "c")
+    assert np.array_equal(again.frames(video), frames)
+    assert again.stats().misses == 1 and again.stats().hits == 0  # checked, found damaged, decoded again
+    assert np.array_equal(FrameCache(tmp_path / "c").frames(video), frames)
+
+
+def _umask() -> int:
+    from fedcare.files import umask
+
+    return umask()
+
+
+def test_a_sigkilled_decodes_scratch_file_is_removed_by_the_next_decode(synth, tmp_path):
+    """A SIGKILL while decoding left `.decode-*.raw` in the cache forever."""
+    import os
+    import subprocess
+    import sys
+
+    from fedcare.data.video import _decode_prefix
+
+    root = tmp_path / "c"
+    root.mkdir()
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    left = root / f"{_decode_prefix(dead)}abc.raw"
+    left.write_bytes(b"x" * 100)
+    running = root / f"{_decode_prefix(os.getpid())}def.raw"  # a decode going on in a live process
+    running.write_bytes(b"y")
+    FrameCache(root).frames(synth / "cholec80" / "videos" / "video01.mp4")
+    assert not left.exists() and running.exists()

@@ -23,8 +23,8 @@ from fedcare.algorithms.messages import Message
 from fedcare.cli import app
 from fedcare.config import ConfigError, to_toml
 from fedcare.studies.load import load_config
-from fedcare.data.surgical import TOOLS, FrameCache, thesis_clients
-from fedcare.data.synthetic.surgical import generate_surgical
+from fedcare.data.surgical.clients import TOOLS, FrameCache, thesis_clients
+from fedcare.data.surgical.synthetic import generate_surgical
 from fedcare.deployment.app import check_experiment
 from fedcare.runtime.federation import Federation
 from fedcare.studies import run as run_module
@@ -434,3 +434,24 @@ def test_the_study_page_documents_every_config_key():
     assert all(f"`{key}`" in synthetic for key in SurgicalSynthetic.model_fields)
     top = [key for key in SurgicalExperiment.model_fields if key not in ("data", "model", "train", "runtime", "deployment")]
     assert all(f"`{key}`" in section for key in top)
+
+
+def test_a_site_caches_where_the_site_says_never_where_the_experiment_says(synth, tmp_path, monkeypatch):
+    """`data.cache` is the researcher's file choosing a path on a hospital's disk: a site decodes
+    into its own --state-dir's cache (deployment/app.py), else the user's cache."""
+    from fedcare.deployment.app import _site_cache
+
+    experiments_choice = tmp_path / "chosen-by-the-experiment"
+    study = study_for(tiny(synth, experiments_choice, top={"deployment": {"sites": {"salem": "HEI2"}}}))
+    site_cache = _site_cache(_Context({"site": "salem", "state-dir": str(tmp_path / "state")}))
+    assert site_cache == tmp_path / "state" / "cache"
+    study.open_site("salem", synth, site_cache)
+    assert any(site_cache.rglob("*.npy")) and not experiments_choice.exists()
+    monkeypatch.setenv("FEDCARE_CACHE", str(tmp_path / "users-cache"))
+    study.open_site("salem", synth)  # no state dir: the user's own cache
+    assert any((tmp_path / "users-cache").rglob("*.npy")) and not experiments_choice.exists()
+
+
+class _Context:
+    def __init__(self, node_config, run_config=None):
+        self.node_config, self.run_config = node_config, run_config or {}

@@ -13,8 +13,8 @@ import cv2
 import numpy as np
 import pytest
 
-from fedcare.data.synthetic import pain
-from fedcare.data.synthetic.pain import (
+from fedcare.data.unbc import synthetic as pain
+from fedcare.data.unbc.synthetic import (
     DEFAULT_SUBJECTS,
     GROUP1,
     GROUP2,
@@ -490,3 +490,38 @@ def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match="min_frames_per_sequence"):
         generate_pain_cohort(tmp_path / "x", min_frames_per_sequence=0)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_synth_removes_only_its_own_dead_siblings_never_a_users_folder(tmp_path):
+    """`data synth X OUT` deleted any `.OUT.*.old` / `.OUT.*.tmp` beside OUT (a user's
+    `.mycohort.old/IMPORTANT.txt` was gone, exit 0): only folders with fedcare's owner file,
+    made by a process that is gone, are removed."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from typer.testing import CliRunner
+
+    from fedcare.cli import app
+    from fedcare.data.synthetic.output import MARKER, OWNER
+
+    users = tmp_path / ".mycohort.old"
+    users.mkdir()
+    (users / "IMPORTANT.txt").write_text("keep me")
+    os.utime(users, (time.time() - 3600, time.time() - 3600))  # an old folder, not one being made now
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    also_users = tmp_path / ".mycohort.backup.tmp"  # an owner-like file that is not fedcare's
+    also_users.mkdir()
+    (also_users / OWNER).write_text(json.dumps({"pid": dead, "host": socket.gethostname()}))
+    ours = tmp_path / ".mycohort.abcd.tmp"
+    ours.mkdir()
+    (ours / OWNER).write_text(json.dumps({"made_by": MARKER, "pid": dead, "host": socket.gethostname()}))
+    result = CliRunner().invoke(app, ["data", "synth", "pain", str(tmp_path / "mycohort"), "--subjects", "42",
+                                      "--frame-scale", "0.01", "--image-size", "16"])
+    assert result.exit_code == 0, result.output
+    assert (users / "IMPORTANT.txt").read_text() == "keep me" and also_users.is_dir()
+    assert not ours.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".mycohort.backup.tmp", ".mycohort.old", "mycohort"]

@@ -10,10 +10,12 @@ import typer
 from typer.testing import CliRunner
 
 from fedcare.data.cli import data_app
-from fedcare.data.unbc import (
+from fedcare.data.unbc.reader import (
     PROBLEM_KINDS,
     UnbcImageError,
     UnbcLayoutError,
+    UnbcUnusableError,
+    load_for_run,
     load_unbc,
     pspi_from_facs,
     read_facs,
@@ -324,9 +326,9 @@ def test_cli_bad_path_exits_2_naming_the_path(tmp_path, make):
 
 
 def test_cli_synth_pain_generates_a_clean_cohort(tmp_path):
-    pain = pytest.importorskip("fedcare.data.synthetic.pain")
+    pain = pytest.importorskip("fedcare.data.unbc.synthetic")
     if not hasattr(pain, "generate_pain_cohort"):
-        pytest.skip("fedcare.data.synthetic.pain.generate_pain_cohort not written yet")
+        pytest.skip("fedcare.data.unbc.synthetic.generate_pain_cohort not written yet")
     out = tmp_path / "cohort"
     args = ["data", "synth", "pain", str(out), "--subjects", "42,43", "--frame-scale", "0.01", "--image-size", "32"]
     result = CliRunner().invoke(_cli(), args)
@@ -336,3 +338,19 @@ def test_cli_synth_pain_generates_a_clean_cohort(tmp_path):
     assert len(ds.frames) > 0 and ds.synthetic is True and ds.subjects() == [42, 43]
     again = CliRunner().invoke(_cli(), args)  # exists and no --overwrite
     assert again.exit_code == 2 and "Traceback" not in again.output
+
+
+def test_load_for_run_gives_the_frames_of_the_subjects_a_run_asks_for(clean_root):
+    ds = load_for_run(clean_root, [43])
+    frames = ds.frames_of([43])
+    assert [f.sequence for f in frames] == ["jh043t1afaff"] * 3 and [f.index for f in frames] == [1, 2, 3]
+    assert np.array_equal(frames[1].grey(), read_grey(frames[1].image))
+
+
+def test_load_for_run_refuses_an_absent_subject_and_unusable_frames(clean_root, tmp_path):
+    with pytest.raises(UnbcUnusableError, match=r"subject 99 not found: no .*Images/099-\* folder \(found subjects 42\)"):
+        load_for_run(clean_root, [42, 99])
+    root = write_unbc_fixture(tmp_path / "UNBC", missing_pspi=True)
+    with pytest.raises(UnbcUnusableError, match="frame.* cannot be used:\n  missing_pspi: .*png") as info:
+        load_for_run(root, [42, 43])
+    assert f"fedcare data summary unbc {root}" in str(info.value)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from fedcare.data.synthetic.xray import generate_xray
-from fedcare.data.xray import CLASSES, XrayImageError, XrayLayoutError, load_xray, read_xray
+from fedcare.data.xray.synthetic import generate_xray
+from fedcare.data.xray.reader import CLASSES, XrayImageError, XrayLayoutError, load_xray, read_xray
 from fedcare.models.alexnet_bn import AlexNetBN
 
 

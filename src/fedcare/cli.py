@@ -83,6 +83,8 @@ def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_part
     from fedcare.config import ConfigError
     from fedcare.studies.load import load_config
 
+    if out is not None and (out.name in ("", ".", "..") or not out.resolve().name):  # '', '.', '..', '/'
+        _fail(f"--out {str(out)!r}: name a new folder for the run, e.g. --out runs/my-run")
     try:  # before the training stack is imported: a mistyped path or key is reported at once
         config = load_config(config_path, overrides)
     except ConfigError as e:

@@ -4,7 +4,7 @@ The same config gives bit-identical numbers only where torch adds its floats in 
 order: the same torch release, the same CPU kernels (torch and its libraries, oneDNN and MKL,
 pick them by the processor's vector instructions: AVX2, AVX-512, ARM's) and the same thread
 count. On another processor, or with other threads, a run's numbers differ by float rounding,
-which training amplifies (the README's pain-demo section measures by how much). run.json
+which training amplifies (docs/studies/pain.md measures by how much). run.json
 records these facts, for the run and, on Flower, for every site, so a difference can be told
 from a bug.
 """

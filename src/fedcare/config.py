@@ -29,6 +29,19 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 
 
+# A site's name becomes file names (keys/<site>, keys/<site>.pub) and a SuperNode's identity:
+# one pattern, checked wherever a name enters (config, `fedcare flower certs/site-key/supernode`).
+SITE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def site_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a site's name (None: it can)."""
+    if SITE_NAME.fullmatch(name):
+        return None
+    return (f"site name {name!r}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit "
+            "(a site's name becomes its key files' names)")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,6 +117,9 @@ class Deployment(Strict):
     @field_validator("sites")
     @classmethod
     def _distinct(cls, sites: dict[str, int | str]) -> dict[str, int | str]:
+        problems = [p for p in map(site_name_problem, sites) if p]
+        if problems:
+            raise ValueError(problems[0])
         clients = list(sites.values())
         if len(set(clients)) != len(clients):
             raise ValueError("two sites are mapped to the same client")
@@ -205,6 +221,14 @@ class Experiment(Strict):
             return move_renamed(raw, cls.renamed, (info.context or {}).get("source"))
         return raw
 
+    @field_validator("methods")
+    @classmethod
+    def _distinct_methods(cls, methods: list[str]) -> list[str]:
+        twice = sorted({m for m in methods if methods.count(m) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once (each method runs once per seed)")
+        return methods
+
     @model_validator(mode="after")
     def _dp_sgd_precision(self) -> "Experiment":
         if self.privacy is not None and self.privacy.dp_sgd is not None and self.runtime.precision == "fp16":
@@ -238,6 +262,8 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    except RecursionError:
+        raise ConfigError(f"--set {key.strip()}=...: the value is nested too deeply") from None
     node = raw
     parts = key.strip().split(".")
     for part in parts[:-1]:
@@ -300,6 +326,8 @@ def parse_toml(text: str, path: Path | str, overrides: list[str] | None = None) 
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:  # tomllib recurses per nesting level
+        raise ConfigError(f"{path}: nested too deeply to be an experiment file") from None
     for assignment in overrides or []:
         apply_override(raw, assignment)
     return raw
@@ -315,7 +343,7 @@ def validate(model: type[Experiment], raw: dict[str, Any], path: Path | str,
         config = model.model_validate(raw, context={"source": str(path)})
     except ValidationError as e:
         raise ConfigError(validation_message(e, model, path, overrides or [])) from None
-    return config.relative_to(path.parent)
+    return config.relative_to(path.parent.resolve())  # absolute: a resume reads config.toml elsewhere
 
 
 def validation_message(error: ValidationError, model: type[BaseModel], path: Path, overrides: list[str]) -> str:

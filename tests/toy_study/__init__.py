@@ -65,7 +65,7 @@ class ToyStudy(Study):
     def clients(self) -> list[int]:
         return list(range(self.config.data.clients))
 
-    def open_site(self, site: str, data_dir: Path) -> ToySite:
+    def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> ToySite:
         return ToySite(self.site_client(site), data_dir)
 
 

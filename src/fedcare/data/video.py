@@ -25,8 +25,11 @@ frames in the video, the source resolution, the frame index of every cached fram
 time), so that a second pass over the same videos opens no video at all: frames *and* facts
 come from the cache. Both files are written to a temporary name in the cache folder and moved
 into place with ``os.replace`` (frames first, facts last: an entry without its ``.json`` is
-a miss), so an interrupted decode never leaves a half-written entry that looks valid. An
-entry whose ``.npy`` cannot be mapped (e.g. truncated by a full disk) is decoded again.
+a miss), each synced to disk before its rename, so an interrupted decode never leaves a
+half-written entry that looks valid. The ``.json`` holds the SHA-256 of the frames; an entry
+whose ``.npy`` cannot be mapped (e.g. truncated by a full disk) or whose frames do not match it
+(e.g. zero-filled by a crash of the file system) is decoded again. Each entry is checked once
+per ``FrameCache`` object, the first time it is read. Entries follow the umask.
 
 Editing or replacing a video changes its size or mtime and therefore its key; the old entry
 is left behind (``FrameCache.clear`` removes everything). A video that no longer exists
@@ -46,12 +49,14 @@ container declares (more than 2% and more than 1 s short) raises ``VideoDecodeEr
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import itertools
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -64,6 +69,7 @@ import cv2
 import numpy as np
 
 from fedcare.data.common import DataError
+from fedcare.files import process_alive, umask
 
 __all__ = [
     "CACHE_FORMAT",
@@ -213,6 +219,35 @@ def _sampling(fps: float | None, indices: Sequence[int] | None) -> dict:
     return {"fps": float(fps)}
 
 
+def _retrieve(cap: cv2.VideoCapture, path: Path, i: int, size: tuple[int, int] | None) -> tuple[np.ndarray, tuple[int, int]]:
+    """The grabbed frame `i` as RGB uint8 (resized to `size` with INTER_AREA unless None), and its native size."""
+    ok, frame = cap.retrieve()
+    if not ok or frame is None:
+        raise VideoDecodeError(f"{path}: cannot decode frame {i}")
+    if frame.ndim == 2:
+        frame = cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)
+    source_size = (frame.shape[1], frame.shape[0])
+    if size is not None and source_size != size:
+        frame = cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
+    return cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), source_size
+
+
+def _check_decoded(path: Path, wanted: set[int] | None, taken: list[int], frame_count: int, declared: int,
+                   native_fps: float) -> None:
+    """VideoDecodeError naming the file when a requested frame is past the end, nothing was
+    decoded, or decoding stopped well before the frame count the file declares."""
+    if wanted is not None and len(taken) < len(wanted):
+        missing = sorted(wanted.difference(taken))
+        raise VideoDecodeError(f"{path}: frame {missing[0]} requested but the video has only {frame_count} frames")
+    if frame_count == 0 or not taken:
+        raise VideoDecodeError(f"{path}: no frame could be decoded (empty or corrupt video)")
+    if wanted is None and declared > 0:
+        short = declared - frame_count
+        if short > SHORT_FRACTION * declared and short > SHORT_SECONDS * native_fps:
+            raise VideoDecodeError(f"{path}: decoding stopped after {frame_count} of the {declared} frames the "
+                                   f"file declares (truncated or corrupt video)")
+
+
 def decode_video(
     path: Path | str,
     sink: Callable[[np.ndarray], None],
@@ -258,30 +293,14 @@ def decode_video(
                 if not cap.grab():
                     break
                 if (i in wanted) if wanted is not None else (i % step == 0):
-                    ok, frame = cap.retrieve()
-                    if not ok or frame is None:
-                        raise VideoDecodeError(f"{path}: cannot decode frame {i}")
-                    if frame.ndim == 2:
-                        frame = cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)
-                    source_size = (frame.shape[1], frame.shape[0])
-                    if size is not None and source_size != size:
-                        frame = cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
-                    sink(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
+                    frame, source_size = _retrieve(cap, path, i, size)
+                    sink(frame)
                     taken.append(i)
                 i += 1
         finally:
             cap.release()
     frame_count = i
-    if wanted is not None and len(taken) < len(wanted):
-        missing = sorted(wanted.difference(taken))
-        raise VideoDecodeError(f"{path}: frame {missing[0]} requested but the video has only {frame_count} frames")
-    if frame_count == 0 or not taken:
-        raise VideoDecodeError(f"{path}: no frame could be decoded (empty or corrupt video)")
-    if wanted is None and declared > 0:
-        short = declared - frame_count
-        if short > SHORT_FRACTION * declared and short > SHORT_SECONDS * native_fps:
-            raise VideoDecodeError(f"{path}: decoding stopped after {frame_count} of the {declared} frames the "
-                                   f"file declares (truncated or corrupt video)")
+    _check_decoded(path, wanted, taken, frame_count, declared, native_fps)
     return {
         "native_fps": native_fps, "frame_count": frame_count, "declared_frame_count": declared,
         "source_size": list(source_size), "step": step, "frame_indices": taken,
@@ -313,6 +332,7 @@ class FrameCache:
     _decoded_frames: int = field(default=0, init=False, repr=False)
     _decode_seconds: float = field(default=0.0, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _verified: set = field(default_factory=set, init=False, repr=False)  # .npy files whose checksum matched
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).expanduser() if self.root is not None else default_cache_dir()
@@ -384,17 +404,24 @@ class FrameCache:
             frames = np.load(npy, mmap_mode="r", allow_pickle=False)
             if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[0] != len(facts["frame_indices"]):
                 raise ValueError("shape does not match its facts")
+            if npy not in self._verified:
+                if _frames_sha256(frames) != facts["frames_sha256"]:
+                    raise ValueError("frames do not match their checksum")
+                with self._lock:
+                    self._verified.add(npy)
             info = _info_from(facts)
         except (OSError, ValueError, KeyError, TypeError):
-            return None  # damaged entry: decode again (it is replaced atomically)
+            return None  # damaged entry (or one written before checksums): decode again, replaced atomically
         return CachedVideo(frames, info)
 
     def _decode(self, video: Path | str, key: str, npy: Path, meta: Path, *, fps: float | None,
                 indices: Sequence[int] | None) -> CachedVideo:
         Path(self.root).mkdir(parents=True, exist_ok=True)
-        raw_fd, raw_name = tempfile.mkstemp(prefix=".decode-", suffix=".raw", dir=self.root)
+        _remove_dead_decodes(Path(self.root))
+        raw_fd, raw_name = tempfile.mkstemp(prefix=f"{_decode_prefix(os.getpid())}", suffix=".raw", dir=self.root)
         npy_tmp = meta_tmp = None
         shape: list[tuple[int, ...]] = []
+        checksum = hashlib.sha256()
         try:
             with os.fdopen(raw_fd, "wb") as raw:
                 def sink(frame: np.ndarray) -> None:
@@ -403,7 +430,9 @@ class FrameCache:
                                                f"({shape[0][1]}x{shape[0][0]} then {frame.shape[1]}x{frame.shape[0]}); "
                                                f"give the cache a fixed size")
                     shape[:1] = [frame.shape]
-                    raw.write(np.ascontiguousarray(frame).tobytes())
+                    data = np.ascontiguousarray(frame).tobytes()
+                    checksum.update(data)
+                    raw.write(data)
 
                 facts = decode_video(video, sink, size=self.size, fps=fps, indices=indices)
             n = len(facts["frame_indices"])
@@ -414,13 +443,18 @@ class FrameCache:
                     out, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
                           "shape": (n, h, w, c)})
                 shutil.copyfileobj(src, out, length=1 << 22)
+                out.flush()
+                os.fsync(out.fileno())
             facts.update({"format": CACHE_FORMAT, "key": key, "source": os.fspath(Path(video).resolve()),
-                          "size": [w, h], "decoder": decoder_id(), "created": time.time()})
+                          "size": [w, h], "decoder": decoder_id(), "created": time.time(),
+                          "frames_sha256": checksum.hexdigest()})
             fd, meta_tmp = tempfile.mkstemp(prefix=".entry-", suffix=".json", dir=self.root)
             with os.fdopen(fd, "w") as out:
                 json.dump(facts, out)
+                out.flush()
+                os.fsync(out.fileno())
             for name in (npy_tmp, meta_tmp):
-                os.chmod(name, 0o644)  # mkstemp makes 0600 files; a cache is shared like any cache
+                os.chmod(name, 0o666 & ~umask())  # mkstemp makes 0600 files: entries follow the umask
             os.replace(npy_tmp, npy)
             npy_tmp = None
             os.replace(meta_tmp, meta)
@@ -437,6 +471,8 @@ class FrameCache:
             self._decoded_frames += n
             self._decode_seconds += facts["decode_seconds"]
         frames = np.load(npy, mmap_mode="r", allow_pickle=False)
+        with self._lock:
+            self._verified.add(npy)  # written from the frames just hashed
         return CachedVideo(frames, _info_from(facts))
 
     # ------------------------------------------------------------------ bookkeeping
@@ -463,6 +499,33 @@ class FrameCache:
                 removed += entry.name.endswith(".npy") and not entry.name.startswith(".")
                 os.unlink(entry.path)
         return removed
+
+
+def _decode_host_prefix() -> str:
+    return f".decode-{_SAFE.sub('_', socket.gethostname())}-"
+
+
+def _decode_prefix(pid: int) -> str:
+    """A decode's scratch file names its host and process, so a later decode can tell a
+    SIGKILLed one's leftovers from a running one's (in a cache shared across machines too)."""
+    return f"{_decode_host_prefix()}{pid}-"
+
+
+def _remove_dead_decodes(root: Path) -> None:
+    """Remove scratch files of decodes on this host whose process is gone."""
+    host_prefix = _decode_host_prefix()
+    for entry in root.glob(f"{glob.escape(host_prefix)}*.raw"):
+        pid = entry.name[len(host_prefix):].split("-", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            entry.unlink(missing_ok=True)
+
+
+def _frames_sha256(frames: np.ndarray) -> str:
+    """SHA-256 of a cached array's bytes (frame by frame: a memory map is not read whole)."""
+    checksum = hashlib.sha256()
+    for frame in frames:
+        checksum.update(np.ascontiguousarray(frame).tobytes())
+    return checksum.hexdigest()
 
 
 def _info_from(facts: dict) -> VideoInfo:

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from fedcare.config import ConfigError, Experiment, Runtime
 from fedcare.data.common import DataError
-from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, build_client_app
+from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, STATE_DIR_KEY, build_client_app
 from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
 from fedcare.runtime.flower.runtime import FlowerRuntime
 from fedcare.runtime.sites import Site, SiteError
@@ -125,10 +125,17 @@ def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Stud
     key = (str(greeting["experiment"]), site, str(data_dir))
     if key not in _SITES:
         try:
-            _SITES[key] = (study.open_site(site, Path(str(data_dir))), study)
+            _SITES[key] = (study.open_site(site, Path(str(data_dir)), _site_cache(context)), study)
         except DataError as e:
             raise SiteError(f"site {site!r}: {e}") from None
     return _SITES[key]
+
+
+def _site_cache(context: Context) -> Path | None:
+    """The site's own cache folder: `<state-dir>/cache` from its SuperNode's --state-dir (the
+    Simulation Engine's run config), else None (the user's cache); never the experiment's."""
+    state_dir = context.node_config.get(STATE_DIR_KEY) or context.run_config.get(STATE_DIR_KEY)
+    return Path(str(state_dir)) / "cache" if state_dir else None
 
 
 client_app = build_client_app(open_site)

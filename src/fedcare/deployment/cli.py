@@ -78,6 +78,32 @@ def _exec(cmd: list[str], dry_run: bool, env: dict[str, str] | None = None) -> N
     os.execvpe(cmd[0], cmd, {**os.environ, **env})
 
 
+def _check_state_dir(state_dir: Path) -> None:
+    """The site's state folder exists (made if need be), is a folder this process can write, and
+    no other user can: it holds the site's private layers."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        _fail(f"--state-dir {state_dir}: exists and is not a directory")
+    except OSError as e:
+        _fail(f"--state-dir {state_dir}: cannot be made ({e.strerror or e})")
+    if not os.access(state_dir, os.W_OK | os.X_OK):
+        _fail(f"--state-dir {state_dir}: not writable by this user")
+    mode = state_dir.stat().st_mode
+    if mode & 0o002:
+        _fail(f"--state-dir {state_dir}: writable by every user (mode {mode & 0o777:o}); another user could "
+              f"replace this site's state: chmod o-w {state_dir}")
+
+
+def _check_site_names(names: list[str]) -> None:
+    from fedcare.config import site_name_problem
+
+    for name in names:
+        problem = site_name_problem(name)
+        if problem:
+            _fail(problem)
+
+
 def _quote(s: str) -> str:
     return s if re.fullmatch(r"[\w@%+=:,./-]+", s) else "'" + s.replace("'", "'\"'\"'") + "'"
 
@@ -99,11 +125,18 @@ def certs(
     """Coordinator: a CA, the SuperLink's TLS certificate and one key pair per site."""
     from fedcare.runtime.flower.certs import make_certificates, make_site_key
 
+    _check_site_names(site)  # before anything is written: a refused call leaves nothing behind
     if (out / "ca.crt").exists():
         _fail(f"{out}: certificates exist already; choose another folder (a new CA would lock out every site)")
-    make_certificates(out, list(host), days)
-    for name in site:
-        make_site_key(out, name)
+    before = set(out.rglob("*")) if out.is_dir() else set()
+    try:
+        make_certificates(out, list(host), days)
+        for name in site:
+            make_site_key(out, name)
+    except (OSError, ValueError) as e:  # a full or read-only disk, a bad host name: nothing half-made is kept
+        for path in sorted(set(out.rglob("*")) - before, reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        _fail(f"{out}: {e}")
     console.print(f"wrote {out}/ca.crt, server.pem, server.key" + (f" and keys for {', '.join(site)}" if site else ""))
 
 
@@ -115,6 +148,7 @@ def site_key(
     """Site: make this site's authentication key pair (send only the .pub to the coordinator)."""
     from fedcare.runtime.flower.certs import make_site_key
 
+    _check_site_names([site])
     if (out / "keys" / site).exists():
         _fail(f"{out / 'keys' / site}: exists already")
     private, public = make_site_key(out, site)
@@ -166,8 +200,15 @@ def supernode(
     dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
 ) -> None:
     """Site: start a Flower SuperNode for this site."""
+    _check_site_names([site])
+    if not 1 <= port <= 65535:
+        _fail(f"--port {port}: not a port (1 to 65535)")
     if not data_dir.is_dir():
         _fail(f"--data-dir {data_dir}: no such directory")
+    _check_state_dir(state_dir)
+    if auth_key is not None and auth_key.is_file() and auth_key.stat().st_mode & 0o077:
+        _fail(f"--auth-key {auth_key}: readable by others (mode {auth_key.stat().st_mode & 0o777:o}); "
+              f"it is this site's identity: chmod 600 {auth_key}")
     settings = [("site", site), ("data-dir", data_dir.resolve()), ("state-dir", state_dir.resolve())]
     if device is not None:
         from fedcare.config import DEVICE_PATTERN
@@ -180,7 +221,6 @@ def supernode(
         except DeviceUnavailable as e:
             _fail(f"--device: {e}")
         settings.append(("device", device))
-    state_dir.mkdir(parents=True, exist_ok=True)
     node_config = " ".join(f'{k}={json.dumps(str(v))}' for k, v in settings)
     cmd = ["flower-supernode", "--superlink", superlink_address, "--host", "127.0.0.1", "--port", str(port),
            "--node-config", node_config]

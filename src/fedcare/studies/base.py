@@ -115,9 +115,11 @@ class Study(ABC):
         Engine runs partition i as the i-th)."""
 
     @abstractmethod
-    def open_site(self, site: str, data_dir: Path) -> Site:
+    def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> Site:
         """One site's client (`site_client(site)`), its data read from its own `data_dir`;
-        raises `SiteError` or a `DataError` naming the problem."""
+        raises `SiteError` or a `DataError` naming the problem. What it caches goes to
+        `cache_dir`, which the site chose (its --state-dir), else the user's cache: never where
+        the experiment says (`data.cache` is the coordinator's machine's choice, not a site's)."""
 
     def site_client(self, site: str) -> ClientId:
         """The client a site holds: `[deployment.sites]` maps names to clients; without it a

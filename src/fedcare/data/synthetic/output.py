@@ -2,8 +2,9 @@
 
 A generator writes into a hidden sibling (`.<name>.XXXX.tmp`) and renames it into place. A
 process killed mid-way (SIGKILL, power loss) cannot remove its sibling: the next generator
-writing next to it removes siblings whose process is gone (an `.owner` file in each says
-which process made it)."""
+writing next to it removes siblings whose process is gone: only folders with fedcare's own
+`.owner` file (saying which process made it), never a user's folder that merely has a
+similar name."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import os
 import shutil
 import socket
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +20,11 @@ from pathlib import Path
 from fedcare.files import process_alive, umask
 
 OWNER = ".owner"
-UNOWNED_GRACE_SECONDS = 60  # a sibling without an owner file yet may be one being created right now
+MARKER = "fedcare synthetic output"  # in every owner file: what tells our siblings from a user's folders
+
+
+def _write_owner(folder: Path) -> None:
+    (folder / OWNER).write_text(json.dumps({"made_by": MARKER, "pid": os.getpid(), "host": socket.gethostname()}))
 
 
 def check_output_dir(out: Path, overwrite: bool) -> None:
@@ -44,12 +48,13 @@ def atomic_directory(out: Path, overwrite: bool = False) -> Iterator[Path]:
     except OSError as e:
         raise OSError(e.errno, f"cannot write a dataset here ({e.strerror})", str(out)) from None
     try:
-        (tmp / OWNER).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+        _write_owner(tmp)
         yield tmp
         (tmp / OWNER).unlink()
         os.chmod(tmp, 0o777 & ~umask())  # mkdtemp made it 0700: the dataset follows the umask
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+            _write_owner(old)
             os.replace(out, old / "old")
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
@@ -70,15 +75,13 @@ def remove_stale_siblings(out: Path) -> list[Path]:
             continue
         try:
             owner = json.loads((sibling / OWNER).read_text())
-        except FileNotFoundError:
-            if time.time() - sibling.stat().st_mtime < UNOWNED_GRACE_SECONDS:
-                continue
-            owner = {}
         except (OSError, json.JSONDecodeError):
-            owner = {}
-        if owner.get("host") not in (None, host):
+            continue  # no owner file of ours (a user's folder, or one being created this instant)
+        if not isinstance(owner, dict) or owner.get("made_by") != MARKER:
+            continue
+        if owner.get("host") != host:
             continue  # made on another machine sharing this disk: not ours to judge
-        if owner.get("pid") is not None and process_alive(int(owner["pid"])):
+        if not isinstance(owner.get("pid"), int) or process_alive(owner["pid"]):
             continue
         shutil.rmtree(sibling, ignore_errors=True)
         removed.append(sibling)

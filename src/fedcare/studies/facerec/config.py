@@ -105,4 +105,12 @@ class FacerecExperiment(Experiment):
             raise ValueError(f"protocol.unseen: {bad} are not clients (1..{clients})")
         if len(set(self.protocol.unseen)) >= clients:
             raise ValueError("protocol.unseen: at least one client must train")
+        if self.data.partition != "attribute":  # each client needs identities of its own
+            have = {"data.identities": self.data.identities}
+            if self.data.synthetic is not None:
+                have["data.synthetic.identities"] = self.data.synthetic.identities
+            key, fewest = min(have.items(), key=lambda kv: kv[1])
+            if fewest < clients:
+                raise ValueError(f"{key} = {fewest} is fewer than data.clients = {clients}: some clients would "
+                                 "have no identity (and no data)")
         return self

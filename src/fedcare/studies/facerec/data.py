@@ -1,5 +1,5 @@
 """The face-verification study's data: a CelebA copy (or a synthetic one generated into the run
-directory) cropped and partitioned by `fedcare.data.celeba_federation`, and one site per client.
+directory) cropped and partitioned by `fedcare.data.celeba.federation`, and one site per client.
 
 A site resolves these references on its own client's crops:
 
@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from fedcare.algorithms.training import ClientData
-from fedcare.data.celeba import DetectorParams
-from fedcare.data.celeba_federation import ClientFaces, FaceSplit, FederatedFaces, federated_celeba
+from fedcare.data.celeba.reader import DetectorParams
+from fedcare.data.celeba.federation import ClientFaces, FaceSplit, FederatedFaces, federated_celeba
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.facerec.config import FacerecExperiment
@@ -66,7 +66,7 @@ class EvalData(ClientData):
 
 def generate(config: FacerecExperiment, workdir: Path, progress: Progress | None) -> Path:
     """The configured synthetic copy in the run directory (a resumed run has it already)."""
-    from fedcare.data.synthetic.celeba import generate_celeba
+    from fedcare.data.celeba.synthetic import generate_celeba
 
     syn, root = config.data.synthetic, workdir / SYNTHETIC_DIR
     if not root.is_dir():

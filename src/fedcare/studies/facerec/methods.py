@@ -13,7 +13,7 @@ tuned evaluation).
   received this round gives the batch (a frozen copy, in training mode like the model trained,
   no gradient), C = `options.reg_c` (10). With HF-MAML the thesis puts the term in the inner
   step only (Algorithm 6); the library's meta step takes one loss, so here it is in all three
-  gradients of a step (a deviation, README).
+  gradients of a step (a deviation, docs/studies/facerec.md).
 - "-fair": q-FedAvg (q = 0.001, L = 100) around the algorithm's client training: the client
   also sends its ArcFace loss at the received model, the server takes the q-FFL step.
 Regularised and fair variants use the global head (the thesis compares them with it).

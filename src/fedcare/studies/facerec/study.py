@@ -53,12 +53,13 @@ class FacerecStudy(Study):
         d = self.config.data
         return list(range(1, (20 if d.partition == "attribute" else d.clients) + 1))
 
-    def open_site(self, site: str, data_dir: Path) -> frdata.FaceSite:
+    def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> frdata.FaceSite:
         """A site holds one client: it partitions its CelebA copy (`data_dir`) as every site
         does and keeps its own client's crops only (and, for global testing, every client's
         test crops: the public impostor pool)."""
         client = self.site_client(site)
         if not Path(data_dir).is_dir():
             raise SiteError(f"site {site!r}: data directory {data_dir} does not exist")
-        faces = frdata.load_faces(Path(data_dir), self.config, None)  # data.cache, else the user cache
+        site_config = self.config.model_copy(update={"data": self.config.data.model_copy(update={"cache": None})})
+        faces = frdata.load_faces(Path(data_dir), site_config, cache_dir)  # the site's cache, else the user's
         return frdata.sites(faces, Path(data_dir), self.config.protocol.impostors)[client]

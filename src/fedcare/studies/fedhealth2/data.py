@@ -26,7 +26,7 @@ from fedcare.algorithms.base import ClientId
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
 from fedcare.data.partition import dirichlet_label_split, train_test_split_per_client
-from fedcare.data.xray import CLASSES, XrayLayoutError, find_class_root, load_xray, read_xray
+from fedcare.data.xray.reader import CLASSES, XrayLayoutError, find_class_root, load_xray, read_xray
 from fedcare.seeding import numpy_rng
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.rundir import SYNTHETIC_DIR, Progress
@@ -119,13 +119,13 @@ def generate(config: FedHealth2Experiment, workdir: Path, progress: Progress | N
     if root.is_dir():
         return root
     if config.data.dataset == "xray":
-        from fedcare.data.synthetic.xray import generate_xray
+        from fedcare.data.xray.synthetic import generate_xray
 
         generate_xray(root, seed=syn.seed, scale=syn.scale, image_size=syn.image_size,
                       sites=syn.sites if config.protocol.split == "natural" else None,
                       progress=(lambda d, t: progress("generating synthetic X-rays", d, t)) if progress else None)
     else:
-        from fedcare.data.synthetic.pamap2 import generate_pamap2
+        from fedcare.data.pamap2.synthetic import generate_pamap2
 
         generate_pamap2(root, seed=syn.seed, subjects=syn.subjects, seconds_per_activity=syn.seconds_per_activity,
                         progress=(lambda d, t: progress("generating synthetic PAMAP2", d, t)) if progress else None)
@@ -150,7 +150,7 @@ def read_pamap2(root: Path, config: FedHealth2Experiment, subjects: Sequence[int
     channel over the windows read: over every subject for the Dirichlet split (a pooled
     preprocessing step, as the authors' preprocessed array was), over its own windows at a
     natural-split site."""
-    from fedcare.data.pamap2 import load_pamap2_windows
+    from fedcare.data.pamap2.reader import load_pamap2_windows
 
     p = config.protocol
     windows = load_pamap2_windows(root, window=p.window, step=p.step, subjects=subjects)
@@ -163,7 +163,7 @@ def natural_clients(root: Path, config: FedHealth2Experiment) -> list[ClientId]:
     """Every natural client under `root`: PAMAP2 subject ids, or the X-ray site folders' names
     (subfolders holding an X-ray copy)."""
     if config.data.dataset == "pamap2":
-        from fedcare.data.pamap2 import pamap2_subjects
+        from fedcare.data.pamap2.reader import pamap2_subjects
 
         return pamap2_subjects(root)
     folders = sorted(p.name for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")) \

@@ -11,7 +11,7 @@ from torch import nn
 from fedcare.algorithms import Algorithm
 from fedcare.algorithms.base import ClientId
 from fedcare.config import ConfigError
-from fedcare.data.xray import CLASSES
+from fedcare.data.xray.reader import CLASSES
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study
@@ -73,7 +73,7 @@ class FedHealth2Study(Study):
         listed = list(self.config.protocol.subjects) or list(self.config.deployment.sites.values())
         return sorted(listed, key=str) if not all(isinstance(c, int) for c in listed) else sorted(listed)
 
-    def open_site(self, site: str, data_dir: Path) -> fh2data.FedHealth2Site:
+    def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> fh2data.FedHealth2Site:
         """A site holds one client: its PAMAP2 subject from its PAMAP2 copy, or its X-ray copy
         (`data_dir/<client>`, or `data_dir` itself)."""
         client = self.site_client(site)

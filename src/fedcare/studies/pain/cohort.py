@@ -25,7 +25,7 @@ import torch
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
 from fedcare.data.transforms import precrop_size, preprocess, variant
-from fedcare.data.unbc import FATAL_PROBLEMS, UnbcDataset, load_unbc, read_grey, subject_dir_name
+from fedcare.data.unbc.reader import UnbcDataset, load_for_run
 from fedcare.seeding import numpy_rng
 
 VARIANTS_PER_FRAME = 4
@@ -146,7 +146,7 @@ def build_cohort(
     missing = wanted - set(ds.subjects())
     if missing:
         raise PainDataError(f"{ds.root}: subjects {sorted(missing)} not found (found {ds.subjects()})")
-    frames = [f for f in ds.frames if f.subject in wanted]  # sorted by (subject, session, index)
+    frames = ds.frames_of(wanted)  # sorted by (subject, session, index)
     store = frame_store(len(frames), precrop_size(image_size, crop_ratio), store_dir)
     signs = np.empty(len(frames), np.int8)
     pspi = np.empty(len(frames), np.float32)
@@ -155,7 +155,7 @@ def build_cohort(
     for i, frame in enumerate(frames):
         if frame.pspi is None:
             raise PainDataError(f"{frame.image}: no PSPI label (expected Frame_Labels/PSPI/.../{frame.image.stem}_facs.txt)")
-        grey = read_grey(frame.image)
+        grey = frame.grey()
         if not (drop_black_frames and grey.mean() < 1.0):
             rng = numpy_rng(augment_seed, "rotation", frame.subject, frame.sequence, frame.index)
             signs[kept] = 1 if rng.random() < 0.5 else -1
@@ -307,22 +307,7 @@ def read_cohort(config, root: Path, subjects: list[int], progress: Callable[[str
     """Read and preprocess `subjects` of the UNBC-McMaster copy at `root` (frames kept in a
     memory-mapped file in `store_dir` if given, else in memory); fails naming the files that
     cannot be used."""
-    dataset = load_unbc(root, subjects=subjects)
-    images = dataset.parts.get("Images") or Path(root) / "Images"
-    for k in sorted(set(subjects) - set(dataset.subjects())):  # before its labels are listed "without image"
-        folder = images / subject_dir_name(images, k)
-        if folder.is_dir():
-            raise PainDataError(f"subject {k} has no frames in {folder}")
-        raise PainDataError(f"{root}: subject {k} not found: no {images}/{k:03d}-* folder "
-                            f"(found subjects {', '.join(map(str, dataset.subjects()))})")
-    fatal = [p for p in dataset.problems if p.kind in FATAL_PROBLEMS]
-    if fatal:
-        listed = "\n".join(f"  {p.kind}: {p.path} ({p.detail})" for p in fatal[:5])
-        more = f"\n  ... and {len(fatal) - 5} more" if len(fatal) > 5 else ""
-        raise PainDataError(
-            f"{root}: {len(fatal)} frame(s) cannot be used:\n{listed}{more}\n"
-            f"(`fedcare data summary unbc {root}` lists every problem)"
-        )
+    dataset = load_for_run(root, subjects)
     protocol, data = config.protocol, config.data
     return build_cohort(
         dataset, subjects, image_size=protocol.image_size, crop_ratio=protocol.crop_ratio,

@@ -47,7 +47,7 @@ class PainStudy(Study):
         data, protocol = self.config.data, self.config.protocol
         root = data.root
         if data.synthetic is not None and not (workdir / SYNTHETIC_DIR).is_dir():  # a resumed run has it
-            from fedcare.data.synthetic.pain import generate_pain_cohort
+            from fedcare.data.unbc.synthetic import generate_pain_cohort
 
             syn = data.synthetic
             generate_pain_cohort(
@@ -68,7 +68,7 @@ class PainStudy(Study):
     def clients(self) -> list[int]:
         return list(self.config.protocol.subjects)
 
-    def open_site(self, site: str, data_dir: Path) -> PainSite:
+    def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> PainSite:
         """A site holds one subject (one client per patient, as in the thesis), read from its
         own UNBC-McMaster copy."""
         subject = self.site_client(site)

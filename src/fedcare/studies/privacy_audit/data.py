@@ -72,9 +72,9 @@ def synthetic_frames(count: int, image_size: int, seed: int, folder: Path | None
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="fedcare-inversion-") as tmp:
             return synthetic_frames(count, image_size, seed, Path(tmp) / "cohort")
-    from fedcare.data.synthetic.pain import generate_pain_cohort
+    from fedcare.data.unbc.synthetic import generate_pain_cohort
     from fedcare.data.transforms import centre_crop, preprocess
-    from fedcare.data.unbc import load_unbc, read_grey
+    from fedcare.data.unbc.reader import load_unbc, read_grey
 
     if not folder.is_dir():  # the generator writes the folder whole or not at all
         folder.parent.mkdir(parents=True, exist_ok=True)

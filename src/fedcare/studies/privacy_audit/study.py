@@ -51,7 +51,7 @@ class PrivacyAuditStudy(Study):
     def clients(self) -> list[int]:
         return list(range(self.config.data.clients))
 
-    def open_site(self, site: str, data_dir: Path) -> AuditSite:
+    def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> AuditSite:
         raise SiteError(f"site {site!r}: {IN_PROCESS}")
 
     def check_deployable(self, name: str) -> None:

@@ -23,7 +23,7 @@ POOLED_METHODS = ("cent",)  # need every client's data in one place: in this pro
 
 
 class SurgicalSynthetic(Strict):
-    """`fedcare.data.synthetic.surgical.generate_surgical`'s options: a Cholec80 and a HeiChole
+    """`fedcare.data.surgical.synthetic.generate_surgical`'s options: a Cholec80 and a HeiChole
     copy generated into the run directory (`synthetic-data/`; a resumed run has it already)."""
 
     seed: int = Field(0, ge=0)
@@ -48,7 +48,7 @@ class SurgicalData(Strict):
     # ~/.cache/fedcare/frames, and for synthetic data a folder in the run directory (frame-cache/)
     cache: Path | None = None
     frame_size: tuple[int, int] = (240, 135)  # (width, height) the frames are resized to (thesis: 240x135)
-    cholec80_split: str = "thesis"  # fedcare.data.cholec80.SPLITS: "thesis" = videos 1-60 train, 61-80 test
+    cholec80_split: str = "thesis"  # fedcare.data.surgical.cholec80.SPLITS: "thesis" = videos 1-60 train, 61-80 test
     split_seed: int = Field(0, ge=0)  # draws the 3 HeiChole test videos per centre (thesis: "random")
 
     @field_validator("frame_size")

@@ -1,4 +1,4 @@
-"""The surgical study's data: the thesis's five clients (`fedcare.data.surgical.thesis_clients`)
+"""The surgical study's data: the thesis's five clients (`fedcare.data.surgical.clients.thesis_clients`)
 as sites, each holding one institution's frames by reference ("train", "test").
 
 Where the videos are
@@ -34,7 +34,7 @@ import torch
 
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
-from fedcare.data.surgical import CLIENT_SOURCES, FrameCache, SurgicalClients, SurgicalVideo, default_cache_dir, thesis_clients
+from fedcare.data.surgical.clients import CLIENT_SOURCES, FrameCache, SurgicalClients, SurgicalVideo, default_cache_dir, thesis_clients
 from fedcare.studies.rundir import SYNTHETIC_DIR, Progress
 from fedcare.studies.surgical.config import SurgicalExperiment
 
@@ -128,7 +128,7 @@ def site_of(clients: SurgicalClients, client: str) -> SurgicalSite:
 def generate(config: SurgicalExperiment, workdir: Path, progress: Progress | None) -> Path:
     """The configured synthetic Cholec80 and HeiChole copies in the run directory (generated
     unless a resumed run has them: the generator writes its folder whole or not at all)."""
-    from fedcare.data.synthetic.surgical import generate_surgical
+    from fedcare.data.surgical.synthetic import generate_surgical
 
     root = Path(workdir) / SYNTHETIC_DIR
     if not root.is_dir():

@@ -41,7 +41,7 @@ from fedcare.algorithms.catalogue import build
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL
 from fedcare.algorithms.training import AdamW, ClientData, OneCycle, Randomness, SGD, TrainSettings, train_epochs
-from fedcare.data.surgical import TOOLS
+from fedcare.data.surgical.clients import TOOLS
 from fedcare.seeding import derive_seed
 from fedcare.studies.surgical.config import UNIFORM, SurgicalExperiment
 from fedcare.studies.surgical.models import HEAD

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fedcare.data.surgical import TOOLS
+from fedcare.data.surgical.clients import TOOLS
 from fedcare.runtime.federation import POOLED, Federation
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol

@@ -11,7 +11,7 @@ from torch import nn
 
 from fedcare.algorithms import Algorithm
 from fedcare.config import ConfigError
-from fedcare.data.surgical import CLIENT_SOURCES
+from fedcare.data.surgical.clients import CLIENT_SOURCES
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study
@@ -89,7 +89,7 @@ class SurgicalStudy(Study):
     def clients(self) -> list[str]:
         return list(self.config.clients)
 
-    def open_site(self, site: str, data_dir: Path) -> sdata.SurgicalSite:
+    def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> sdata.SurgicalSite:
         """A site holds one client: `data_dir/heichole` (HEI1, HEI2) or `data_dir/cholec80`
         (CHO1, CHO2, CHO3), its own copy."""
         client = self.site_client(site)
@@ -100,8 +100,9 @@ class SurgicalStudy(Study):
         if not path.is_dir():
             raise SiteError(f"site {site!r} ({client}): {path} does not exist (a site's data directory holds its "
                             f"{'Cholec80' if dataset == 'cholec80' else 'HeiChole'} copy as {dataset}/)")
+        site_config = self.config.model_copy(update={"data": self.config.data.model_copy(update={"cache": None})})
         clients = sdata.read_clients(self.config, path if dataset == "cholec80" else None,
-                                     path if dataset == "heichole" else None, sdata.frame_cache(self.config))
+                                     path if dataset == "heichole" else None, sdata.frame_cache(site_config, cache_dir))
         sdata.check_clients(clients, [client], str(path))
         return sdata.site_of(clients, client)
 

@@ -1,6 +1,6 @@
 """From a CelebA root to per-client train/val/test face crops: the Hess study's data in one call.
 
-    from fedcare.data.celeba_federation import federated_celeba
+    from fedcare.data.celeba.federation import federated_celeba
 
     data = federated_celeba("/data/CelebA", partition="lognormal", seed=0)
     for client in data.training_clients():          # clients 1-15
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.celeba import CelebaDataset, DetectorParams, FaceCropper, FaceSet, load_celeba
-from fedcare.data.identity_partition import (
+from fedcare.data.celeba.reader import CelebaDataset, DetectorParams, FaceCropper, FaceSet, load_celeba
+from fedcare.data.celeba.identity_partition import (
     N_CLIENTS,
     N_IDENTITIES,
     ClientSplit,
@@ -119,7 +119,7 @@ def federated_celeba(
     progress: Callable[[int, int], None] | None = None,
 ) -> FederatedFaces:
     """Load, crop and partition a CelebA copy (see the module docstring and
-    ``fedcare.data.identity_partition`` for the rules). partition: "equal", "lognormal" or
+    ``fedcare.data.celeba.identity_partition`` for the rules). partition: "equal", "lognormal" or
     "attribute". Raises DataError (naming the file) for a bad copy, ValueError for bad options
     or too few usable identities."""
     if partition not in PARTITIONS:

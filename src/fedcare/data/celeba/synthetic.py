@@ -9,7 +9,7 @@
     list_eval_partition.txt             "000001.jpg 0" (0 train, 1 valid, 2 test)
     fedcare-synthetic.json              marker: these are NOT real people
 
-so ``fedcare.data.celeba.load_celeba`` reads it unchanged.
+so ``fedcare.data.celeba.reader.load_celeba`` reads it unchanged.
 
 Faces are drawn by the pain generator's face drawer (``synthetic/face.py``) at 218 x 218 and
 cropped to the central 178 columns. Each identity is a face shape, skin, hair and eye colour
@@ -67,14 +67,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from fedcare.data.celeba import ATTRIBUTES
+from fedcare.data.celeba.reader import ATTRIBUTES
 from fedcare.data.common import SYNTHETIC_MARKER
 from fedcare.data.synthetic import face
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 
 __all__ = ["HEIGHT", "VISUAL_ATTRIBUTES", "WIDTH", "SynthFace", "draw_face", "generate_celeba", "identity_traits"]
 
-GENERATOR = "fedcare.data.synthetic.celeba"
+GENERATOR = "fedcare.data.synthetic.celeba"  # the marker keeps the name from before the dataset packages (same bytes)
 NOTE = "SYNTHETIC data, not CelebA: procedurally drawn faces of people who do not exist"
 WIDTH, HEIGHT = 178, 218
 _RENDER = 218  # faces are drawn on a 218 x 218 square, columns 20..197 kept
@@ -488,6 +488,44 @@ def _person(job: tuple[int, list[int], int, str]) -> list[tuple[int, int, dict[s
     return rows
 
 
+def _draw_people(jobs: list[tuple], workers: int, total: int,
+                 progress: Callable[[int, int], None] | None) -> list[tuple[int, int, dict[str, bool]]]:
+    """Draw every person's pictures (`_person`); (file number, identity, attributes) of every
+    picture, sorted."""
+    rows: list[tuple[int, int, dict[str, bool]]] = []
+    if progress is not None:
+        progress(0, total)
+    if workers > 1 and total >= _PROCESS_THRESHOLD:
+        # the drawing is Python-bound: processes, not threads ("spawn": safe whatever the
+        # parent process has loaded)
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            results = pool.map(_person, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
+            for got in results:
+                rows += got
+                if progress is not None:
+                    progress(len(rows), total)
+    else:
+        for job in jobs:
+            rows += _person(job)
+            if progress is not None:
+                progress(len(rows), total)
+    rows.sort()
+    return rows
+
+
+def _write_lists(folder: Path, rows: list[tuple[int, int, dict[str, bool]]], split_of: dict[int, int]) -> None:
+    """CelebA's three text files: identities, attributes (+1/-1) and the official partition."""
+    ident_lines = [f"{n:06d}.jpg {identity}\n" for n, identity, _ in rows]
+    attr_lines = [f"{len(rows)}\n", " ".join(ATTRIBUTES) + " \n"]
+    attr_lines += [f"{n:06d}.jpg" + "".join(f" {1 if a[name] else -1:2d}" for name in ATTRIBUTES) + "\n"
+                   for n, _, a in rows]
+    part_lines = [f"{n:06d}.jpg {split_of[identity]}\n" for n, identity, _ in rows]
+    (folder / "identity_CelebA.txt").write_text("".join(ident_lines))
+    (folder / "list_attr_celeba.txt").write_text("".join(attr_lines))
+    (folder / "list_eval_partition.txt").write_text("".join(part_lines))
+
+
 def generate_celeba(
     out: Path | str,
     *,
@@ -517,44 +555,14 @@ def generate_celeba(
     check_output_dir(out, overwrite)
     counts, split, numbers = _plan(seed, identities, images_per_identity)
     total = int(counts.sum())
-    rows: list[tuple[int, int, dict[str, bool]]] = []  # (file number, identity, attributes)
-    done = 0
     workers = workers or max(1, min(4, os.cpu_count() or 1))
     with atomic_directory(out, overwrite) as tmp:
         folder = tmp / "img_align_celeba"
         folder.mkdir()
 
         jobs = [(i + 1, numbers[i], seed, str(folder)) for i in range(identities)]
-        if progress is not None:
-            progress(0, total)
-        if workers > 1 and total >= _PROCESS_THRESHOLD:
-            # the drawing is Python-bound: processes, not threads ("spawn": safe whatever the
-            # parent process has loaded)
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                results = pool.map(_person, jobs, chunksize=max(1, identities // (workers * 8)))
-                for got in results:
-                    rows += got
-                    done += len(got)
-                    if progress is not None:
-                        progress(done, total)
-        else:
-            for job in jobs:
-                got = _person(job)
-                rows += got
-                done += len(got)
-                if progress is not None:
-                    progress(done, total)
-        rows.sort()
-        split_of = {identity: int(split[identity - 1]) for identity in range(1, identities + 1)}
-        ident_lines = [f"{n:06d}.jpg {identity}\n" for n, identity, _ in rows]
-        attr_lines = [f"{len(rows)}\n", " ".join(ATTRIBUTES) + " \n"]
-        attr_lines += [f"{n:06d}.jpg" + "".join(f" {1 if a[name] else -1:2d}" for name in ATTRIBUTES) + "\n"
-                       for n, _, a in rows]
-        part_lines = [f"{n:06d}.jpg {split_of[identity]}\n" for n, identity, _ in rows]
-        (tmp / "identity_CelebA.txt").write_text("".join(ident_lines))
-        (tmp / "list_attr_celeba.txt").write_text("".join(attr_lines))
-        (tmp / "list_eval_partition.txt").write_text("".join(part_lines))
+        rows = _draw_people(jobs, workers, total, progress)
+        _write_lists(tmp, rows, {identity: int(split[identity - 1]) for identity in range(1, identities + 1)})
         options = {"identities": identities, "images_per_identity": images_per_identity, "width": WIDTH,
                    "height": HEIGHT, "jpeg_quality": JPEG_QUALITY}
         marker = {"generator": GENERATOR, "seed": seed, "options": options, "note": NOTE,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.pamap2 import (
+from fedcare.data.pamap2.reader import (
     ACTIVITY_NAMES,
     IMU_START,
     IMUS,

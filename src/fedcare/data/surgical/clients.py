@@ -1,7 +1,7 @@
 """The five clients of the Markert thesis (surgical tool presence), built from a Cholec80 copy
 and a HeiChole copy: the one entry point of the data layer for the surgical study.
 
-    from fedcare.data.surgical import TOOLS, FrameCache, normalize, thesis_clients
+    from fedcare.data.surgical.clients import TOOLS, FrameCache, normalize, thesis_clients
 
     clients = thesis_clients("data/cholec80", "data/heichole", cache=FrameCache(), seed=0)
     for name in clients.names:                             # HEI1 HEI2 CHO1 CHO2 CHO3
@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.cholec80 import SPLITS, Cholec80Dataset, load_cholec80, split_of
-from fedcare.data.heichole import HeiCholeDataset, load_heichole, test_videos
-from fedcare.data.surgical_common import (
+from fedcare.data.surgical.cholec80 import SPLITS, Cholec80Dataset, load_cholec80, split_of
+from fedcare.data.surgical.heichole import HeiCholeDataset, load_heichole, test_videos
+from fedcare.data.surgical.common import (
     BORDER_CLASSES,
     TOOLS,
     BorderThresholds,
@@ -204,6 +204,32 @@ class SurgicalClients:
         }
 
 
+def _heichole_clients(hds: HeiCholeDataset, seed: int, heichole_test: int) -> dict[str, dict[str, list[SurgicalVideo]]]:
+    """HEI1 and HEI2 (a centre each; none for a centre without videos), `heichole_test` test
+    videos each drawn with `seed`."""
+    videos = {}
+    for client in ("HEI1", "HEI2"):
+        centre = CLIENT_SOURCES[client][1]
+        own = hds.by_centre(centre)
+        if not own:
+            continue  # no video of this centre: no client
+        if len(own) <= heichole_test:
+            raise SurgicalLayoutError(
+                f"{hds.root}: {centre} ({client}) has {len(own)} videos; {heichole_test} test videos and at "
+                f"least one training video are needed")
+        test = set(test_videos([v.number for v in own], centre, n_test=heichole_test, seed=seed))
+        videos[client] = {"train": [v for v in own if v.number not in test],
+                          "test": [v for v in own if v.number in test]}
+    return videos
+
+
+def _cholec80_clients(cds: Cholec80Dataset, split: str) -> dict[str, dict[str, list[SurgicalVideo]]]:
+    """CHO1, CHO2 and CHO3 (a border class each), split by video number."""
+    return {client: {p: [v for v in cds.by_border(CLIENT_SOURCES[client][1]) if split_of(v.number, split) == p]
+                     for p in SPLITS[split]}
+            for client in ("CHO1", "CHO2", "CHO3")}
+
+
 def thesis_clients(
     cholec80: Path | str | Cholec80Dataset | None,
     heichole: Path | str | HeiCholeDataset | None,
@@ -251,29 +277,14 @@ def thesis_clients(
         done_before[0] += len(hds.videos)
         synthetic |= hds.synthetic
         problems += hds.problems
-        for client in ("HEI1", "HEI2"):
-            centre = CLIENT_SOURCES[client][1]
-            own = hds.by_centre(centre)
-            if not own:
-                continue  # no video of this centre: no client
-            if len(own) <= heichole_test:
-                raise SurgicalLayoutError(
-                    f"{hds.root}: {centre} ({client}) has {len(own)} videos; {heichole_test} test videos and at "
-                    f"least one training video are needed")
-            test = set(test_videos([v.number for v in own], centre, n_test=heichole_test, seed=seed))
-            videos[client] = {"train": [v for v in own if v.number not in test],
-                              "test": [v for v in own if v.number in test]}
+        videos.update(_heichole_clients(hds, seed, heichole_test))
         unassigned += [v for v in hds.videos if v.centre not in ("Heidelberg", "Salem")]
     if cholec80 is not None:
         cds = cholec80 if isinstance(cholec80, Cholec80Dataset) else load_cholec80(
             cholec80, cache=cache, thresholds=thresholds, strict=strict, workers=workers, progress=sub_progress)
         synthetic |= cds.synthetic
         problems += cds.problems
-        parts = list(SPLITS[cholec80_split])
-        for client in ("CHO1", "CHO2", "CHO3"):
-            border = CLIENT_SOURCES[client][1]
-            videos[client] = {p: [v for v in cds.by_border(border) if split_of(v.number, cholec80_split) == p]
-                              for p in parts}
+        videos.update(_cholec80_clients(cds, cholec80_split))
         unassigned += [v for v in cds.videos if split_of(v.number, cholec80_split) is None]
     ordered = {c: videos[c] for c in CLIENTS if c in videos}
     return SurgicalClients(videos=ordered, cache=cache, seed=seed, cholec80_split=cholec80_split,

@@ -157,6 +157,11 @@ class UnbcImageError(DataError):
     """A frame image is missing or cannot be decoded; the message names the path."""
 
 
+class UnbcUnusableError(DataError):
+    """A copy a run cannot use: a subject it needs is absent, or frames have problems a run
+    refuses (``FATAL_PROBLEMS``); the message names the paths."""
+
+
 @dataclass(frozen=True)
 class UnbcFrame:
     subject: int  # 42 for '042-ll042'
@@ -167,6 +172,10 @@ class UnbcFrame:
     pspi: float | None  # None when the PSPI file is missing or unparseable
     facs: dict[int, float] | None  # AU -> intensity; {} for an empty file; None if missing/bad
     landmarks: Path | None
+
+    def grey(self) -> np.ndarray:
+        """The frame image as 8-bit grey (``read_grey``)."""
+        return read_grey(self.image)
 
 
 @dataclass(frozen=True)
@@ -190,6 +199,11 @@ class UnbcDataset:
 
     def subjects(self) -> list[int]:
         return sorted({f.subject for f in self.frames})
+
+    def frames_of(self, subjects: Iterable[int]) -> list[UnbcFrame]:
+        """The frames of `subjects`, in (subject, session, index) order."""
+        wanted = set(subjects)
+        return [f for f in self.frames if f.subject in wanted]
 
     def sequences(self, subject: int) -> list[str]:
         """The subject's sequences in session order (index = session)."""
@@ -450,6 +464,133 @@ def _layout_error(root: Path, what: str) -> UnbcLayoutError:
 # --------------------------------------------------------------------------- loader
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """The folders of a copy: the two a run needs and the optional ones (None when absent)."""
+
+    images: Path
+    pspi: Path
+    facs: Path | None
+    aam: Path | None
+    measures: dict[str, Path | None]  # Sequence_Labels/<AFF|OPR|SEN|VAS>
+
+
+@dataclass
+class _Labels:
+    """The label files the scan found (subject -> sequence -> frame -> path); a frame takes
+    its own out, so what is left has no image."""
+
+    pspi: dict
+    facs: dict | None
+    aam: dict | None
+    measures: dict[str, dict]  # measure -> subject -> sequence -> path
+
+
+def _find_parts(root: Path) -> _Parts:
+    """The folders of the copy at `root`, or UnbcLayoutError naming what is missing."""
+    if not root.exists():
+        raise UnbcLayoutError(f"{root}: no such file or directory ({_LAYOUT_HINT})")
+    if not root.is_dir():
+        raise UnbcLayoutError(f"{root}: not a directory ({_LAYOUT_HINT})")
+    images_dir = _part_dir(root, "Images")
+    if images_dir is None:
+        raise _layout_error(root, "no Images/ folder found")
+    frame_labels = _part_dir(root, "Frame_Labels")
+    pspi_dir = frame_labels / "PSPI" if frame_labels is not None and (frame_labels / "PSPI").is_dir() else None
+    if pspi_dir is None:
+        raise _layout_error(root, "no Frame_Labels/PSPI/ folder found")
+    facs_dir = frame_labels / "FACS" if (frame_labels / "FACS").is_dir() else None
+    aam_dir = _part_dir(root, "AAM_landmarks")
+    seq_labels_root = _part_dir(root, "Sequence_Labels")
+    measure_dirs = {
+        m: (seq_labels_root / m if seq_labels_root is not None and (seq_labels_root / m).is_dir() else None)
+        for m in MEASURES
+    }
+    if not any(_SUBJECT_RE.match(e.name) and e.is_dir() for e in _entries(os.fspath(images_dir))):
+        raise UnbcLayoutError(f"{images_dir}: no subject folders found (expected NNN-iiNNN folders like 042-ll042; {_LAYOUT_HINT})")
+    return _Parts(images_dir, pspi_dir, facs_dir, aam_dir, measure_dirs)
+
+
+def _label_path(part: Path, subj_folder: str, seq: str, index: int, suffix: str) -> Path:
+    return part / subj_folder / seq / f"{seq}{index:03d}{suffix}"
+
+
+def _sequence_frames(number: int, folder: str, seq: str, session: int, seq_frames: dict[int, str], labels: _Labels,
+                     parts: _Parts, problem: Callable[[str, Path | str, str], None]) -> list[UnbcFrame]:
+    """The frames of one sequence with their PSPI, FACS and landmarks; every missing or bad label is a problem."""
+    pspi_seq = labels.pspi.get(number, {}).get(seq, {})
+    facs_seq = labels.facs.get(number, {}).get(seq, {}) if labels.facs is not None else None
+    aam_seq = labels.aam.get(number, {}).get(seq, {}) if labels.aam is not None else None
+    frames = []
+    for index in sorted(seq_frames):
+        image = Path(seq_frames[index])
+        value: float | None = None
+        p = pspi_seq.pop(index, None)
+        if p is None:
+            problem("missing_pspi", image, f"no PSPI label (expected {_label_path(parts.pspi, folder, seq, index, '_facs.txt')})")
+        else:
+            try:
+                value = read_pspi(p)
+            except ValueError as e:
+                problem("bad_pspi", p, str(e))
+        au: dict[int, float] | None = None
+        if facs_seq is not None:
+            f = facs_seq.pop(index, None)
+            if f is None:
+                problem("missing_facs", image, f"no FACS file (expected {_label_path(parts.facs, folder, seq, index, '_facs.txt')})")
+            else:
+                try:
+                    au = read_facs(f)
+                except ValueError as e:
+                    problem("bad_facs", f, str(e))
+                else:
+                    if not au and value is not None and value > 0:
+                        problem("empty_facs", f, f"empty FACS file but PSPI is {value:g} (pain without coded AUs)")
+        landmarks: Path | None = None
+        if aam_seq is not None:
+            a = aam_seq.pop(index, None)
+            if a is None:
+                problem("missing_landmarks", image, f"no AAM landmarks (expected {_label_path(parts.aam, folder, seq, index, '_aam.txt')})")
+            else:
+                landmarks = Path(a)
+        frames.append(UnbcFrame(number, seq, session, index, image, value, au, landmarks))
+    return frames
+
+
+def _sequence_labels(number: int, folder: str, seq: str, labels: _Labels, parts: _Parts,
+                     problem: Callable[[str, Path | str, str], None]) -> dict[str, float]:
+    """The sequence's self-reports and observer rating (AFF, OPR, SEN, VAS) that are present."""
+    values: dict[str, float] = {}
+    for m, tree in labels.measures.items():
+        s = tree.get(number, {}).pop(seq, None)
+        if s is None:
+            problem("missing_sequence_label", parts.images / folder / seq,
+                    f"no {m} label (expected {parts.measures[m] / folder / (seq + '.txt')})")
+            continue
+        try:
+            values[m] = read_sequence_label(s)
+        except ValueError as e:
+            problem("bad_sequence_label", s, str(e))
+    return values
+
+
+def _report_orphans(labels: _Labels, parts: _Parts, subject_folder: dict[int, str],
+                    problem: Callable[[str, Path | str, str], None]) -> None:
+    """Whatever label files no frame or sequence took have no image."""
+    for tree, what in ((labels.pspi, "PSPI"), (labels.facs, "FACS"), (labels.aam, "AAM landmarks")):
+        if tree is None:
+            continue
+        for number in sorted(tree):
+            for seq in sorted(tree[number]):
+                for index, path in sorted(tree[number][seq].items()):
+                    folder = subject_folder.get(number, Path(path).parent.parent.name)
+                    problem("label_without_image", path, f"{what} file without image (expected {parts.images / folder / seq / f'{seq}{index:03d}.png'})")
+    for m, tree in labels.measures.items():
+        for number in sorted(tree):
+            for seq, path in sorted(tree[number].items()):
+                problem("label_without_image", path, f"{m} sequence label without images (no sequence {seq} with frames under {parts.images})")
+
+
 def load_unbc(
     root: Path | str,
     *,
@@ -471,136 +612,74 @@ def load_unbc(
     ``Images/`` or ``Frame_Labels/PSPI/`` folder, or ``Images/`` holds no subject folder.
     """
     root = Path(root)
-    if not root.exists():
-        raise UnbcLayoutError(f"{root}: no such file or directory ({_LAYOUT_HINT})")
-    if not root.is_dir():
-        raise UnbcLayoutError(f"{root}: not a directory ({_LAYOUT_HINT})")
-    images_dir = _part_dir(root, "Images")
-    if images_dir is None:
-        raise _layout_error(root, "no Images/ folder found")
-    frame_labels = _part_dir(root, "Frame_Labels")
-    pspi_dir = frame_labels / "PSPI" if frame_labels is not None and (frame_labels / "PSPI").is_dir() else None
-    if pspi_dir is None:
-        raise _layout_error(root, "no Frame_Labels/PSPI/ folder found")
-    facs_dir = frame_labels / "FACS" if (frame_labels / "FACS").is_dir() else None
-    aam_dir = _part_dir(root, "AAM_landmarks")
-    seq_labels_root = _part_dir(root, "Sequence_Labels")
-    measure_dirs = {
-        m: (seq_labels_root / m if seq_labels_root is not None and (seq_labels_root / m).is_dir() else None)
-        for m in MEASURES
-    }
-    if not any(_SUBJECT_RE.match(e.name) and e.is_dir() for e in _entries(os.fspath(images_dir))):
-        raise UnbcLayoutError(f"{images_dir}: no subject folders found (expected NNN-iiNNN folders like 042-ll042; {_LAYOUT_HINT})")
-
+    parts = _find_parts(root)
     scan = _Scan(None if subjects is None else {int(s) for s in subjects})
-    images = scan.frames(images_dir, ".png", "Images")
-    pspi = scan.frames(pspi_dir, "_facs.txt", "Frame_Labels/PSPI")
-    facs = scan.frames(facs_dir, "_facs.txt", "Frame_Labels/FACS") if facs_dir else None
-    aam = scan.frames(aam_dir, "_aam.txt", "AAM_landmarks") if aam_dir else None
-    measures = {m: scan.sequence_files(d, f"Sequence_Labels/{m}") for m, d in measure_dirs.items() if d is not None}
+    images = scan.frames(parts.images, ".png", "Images")
+    labels = _Labels(
+        pspi=scan.frames(parts.pspi, "_facs.txt", "Frame_Labels/PSPI"),
+        facs=scan.frames(parts.facs, "_facs.txt", "Frame_Labels/FACS") if parts.facs else None,
+        aam=scan.frames(parts.aam, "_aam.txt", "AAM_landmarks") if parts.aam else None,
+        measures={m: scan.sequence_files(d, f"Sequence_Labels/{m}") for m, d in parts.measures.items() if d is not None},
+    )
     problem = scan.problem
-
-    def label_path(part: Path, subj_folder: str, seq: str, index: int, suffix: str) -> Path:
-        return part / subj_folder / seq / f"{seq}{index:03d}{suffix}"
-
     frames: list[UnbcFrame] = []
     sequence_labels: dict[tuple[int, str], dict[str, float]] = {}
     subject_folder: dict[int, str] = {}
     for number in sorted(images):
         sequences = images[number]
         some_frame = next((p for fr in sequences.values() for p in fr.values()), None)
-        folder = Path(some_frame).parent.parent.name if some_frame else subject_dir_name(images_dir, number)
+        folder = Path(some_frame).parent.parent.name if some_frame else subject_dir_name(parts.images, number)
         subject_folder[number] = folder
         session = 0
         for seq in sorted(sequences):
-            seq_frames = sequences[seq]
-            if not seq_frames:
-                problem("empty_sequence", images_dir / folder / seq, "sequence folder without frame images (<seq><FFF>.png)")
+            if not sequences[seq]:
+                problem("empty_sequence", parts.images / folder / seq, "sequence folder without frame images (<seq><FFF>.png)")
                 continue
-            pspi_seq = pspi.get(number, {}).get(seq, {})
-            facs_seq = facs.get(number, {}).get(seq, {}) if facs is not None else None
-            aam_seq = aam.get(number, {}).get(seq, {}) if aam is not None else None
-            for index in sorted(seq_frames):
-                image = Path(seq_frames[index])
-                value: float | None = None
-                p = pspi_seq.pop(index, None)
-                if p is None:
-                    problem("missing_pspi", image, f"no PSPI label (expected {label_path(pspi_dir, folder, seq, index, '_facs.txt')})")
-                else:
-                    try:
-                        value = read_pspi(p)
-                    except ValueError as e:
-                        problem("bad_pspi", p, str(e))
-                au: dict[int, float] | None = None
-                if facs_seq is not None:
-                    f = facs_seq.pop(index, None)
-                    if f is None:
-                        problem("missing_facs", image, f"no FACS file (expected {label_path(facs_dir, folder, seq, index, '_facs.txt')})")
-                    else:
-                        try:
-                            au = read_facs(f)
-                        except ValueError as e:
-                            problem("bad_facs", f, str(e))
-                        else:
-                            if not au and value is not None and value > 0:
-                                problem("empty_facs", f, f"empty FACS file but PSPI is {value:g} (pain without coded AUs)")
-                landmarks: Path | None = None
-                if aam_seq is not None:
-                    a = aam_seq.pop(index, None)
-                    if a is None:
-                        problem("missing_landmarks", image, f"no AAM landmarks (expected {label_path(aam_dir, folder, seq, index, '_aam.txt')})")
-                    else:
-                        landmarks = Path(a)
-                frames.append(UnbcFrame(number, seq, session, index, image, value, au, landmarks))
-            # sequence labels
-            labels: dict[str, float] = {}
-            for m, tree in measures.items():
-                s = tree.get(number, {}).pop(seq, None)
-                if s is None:
-                    problem("missing_sequence_label", images_dir / folder / seq,
-                            f"no {m} label (expected {measure_dirs[m] / folder / (seq + '.txt')})")
-                    continue
-                try:
-                    labels[m] = read_sequence_label(s)
-                except ValueError as e:
-                    problem("bad_sequence_label", s, str(e))
-            if labels:
-                sequence_labels[(number, seq)] = labels
+            frames += _sequence_frames(number, folder, seq, session, sequences[seq], labels, parts, problem)
+            seq_labels = _sequence_labels(number, folder, seq, labels, parts, problem)
+            if seq_labels:
+                sequence_labels[(number, seq)] = seq_labels
             session += 1
-
-    # Whatever label files were not consumed above have no image.
-    def orphans(tree: dict[int, dict[str, dict[int, str]]] | None, what: str) -> None:
-        if tree is None:
-            return
-        for number in sorted(tree):
-            for seq in sorted(tree[number]):
-                for index, path in sorted(tree[number][seq].items()):
-                    folder = subject_folder.get(number, Path(path).parent.parent.name)
-                    problem("label_without_image", path, f"{what} file without image (expected {images_dir / folder / seq / f'{seq}{index:03d}.png'})")
-
-    orphans(pspi, "PSPI")
-    orphans(facs, "FACS")
-    orphans(aam, "AAM landmarks")
-    for m, tree in measures.items():
-        for number in sorted(tree):
-            for seq, path in sorted(tree[number].items()):
-                problem("label_without_image", path, f"{m} sequence label without images (no sequence {seq} with frames under {images_dir})")
+    _report_orphans(labels, parts, subject_folder, problem)
 
     if check_images:
         _check_files(frames, scan, progress)
 
     problems = sorted(scan.problems, key=lambda p: (_kind_order(p.kind), str(p.path)))
-    parts: dict[str, Path | None] = {"Images": images_dir, "PSPI": pspi_dir, "FACS": facs_dir, "AAM_landmarks": aam_dir}
-    parts.update(measure_dirs)
     return UnbcDataset(
         root=root,
         frames=frames,  # built in (subject, session, index) order
         sequence_labels=sequence_labels,
         problems=problems,
         synthetic=(root / SYNTHETIC_MARKER).is_file(),
-        parts=parts,
+        parts={"Images": parts.images, "PSPI": parts.pspi, "FACS": parts.facs, "AAM_landmarks": parts.aam,
+               **parts.measures},
         checked_images=check_images,
     )
+
+
+def load_for_run(root: Path | str, subjects: Iterable[int]) -> UnbcDataset:
+    """`load_unbc` for a run on `subjects`: every subject present and no frame with a problem a
+    run refuses, else UnbcUnusableError naming the folder or the files (five of them, and
+    the command that lists them all)."""
+    subjects = sorted({int(s) for s in subjects})
+    dataset = load_unbc(root, subjects=subjects)
+    images = dataset.parts.get("Images") or Path(root) / "Images"
+    for k in sorted(set(subjects) - set(dataset.subjects())):  # before its labels are listed "without image"
+        folder = images / subject_dir_name(images, k)
+        if folder.is_dir():
+            raise UnbcUnusableError(f"subject {k} has no frames in {folder}")
+        raise UnbcUnusableError(f"{root}: subject {k} not found: no {images}/{k:03d}-* folder "
+                                f"(found subjects {', '.join(map(str, dataset.subjects()))})")
+    fatal = [p for p in dataset.problems if p.kind in FATAL_PROBLEMS]
+    if fatal:
+        listed = "\n".join(f"  {p.kind}: {p.path} ({p.detail})" for p in fatal[:5])
+        more = f"\n  ... and {len(fatal) - 5} more" if len(fatal) > 5 else ""
+        raise UnbcUnusableError(
+            f"{root}: {len(fatal)} frame(s) cannot be used:\n{listed}{more}\n"
+            f"(`fedcare data summary unbc {root}` lists every problem)"
+        )
+    return dataset
 
 
 def _check_one(frame: UnbcFrame) -> list[tuple[str, Path, str]]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from fedcare.data.synthetic.output import atomic_directory
 from fedcare.data.common import SYNTHETIC_MARKER
-from fedcare.data.xray import CLASSES
+from fedcare.data.xray.reader import CLASSES
 
 ROOT_NAME = "Curated X-Ray Dataset"
 REAL_COUNTS = {"COVID-19": 1281, "Normal": 3270, "Pneumonia-Bacterial": 3001, "Pneumonia-Viral": 1656}

@@ -394,6 +394,30 @@ def _interpolate(block: np.ndarray) -> np.ndarray | None:
     return out
 
 
+def _recording_windows(rec: Pamap2Recording, label: np.ndarray, nan_policy: str, window: int, step: int,
+                       label_rule: str, info: dict) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (x, y) windows of each kept segment of one recording (`label`: each row's class,
+    -1 for an activity left out); counts rows and segments into `info`."""
+    nan_rows = np.isnan(rec.channels).any(axis=1)
+    keep = label >= 0
+    info["rows"] += len(rec)
+    info["rows_activity_0"] += int((rec.activity == 0).sum())
+    info["rows_other_activities"] += int(((label < 0) & (rec.activity != 0)).sum())
+    info["rows_with_nan"] += int((keep & nan_rows).sum())
+    if nan_policy == "drop":
+        keep = keep & ~nan_rows
+    windows = []
+    for a, b in _segments(keep, rec.timestamps):
+        info["segments"] += 1
+        block = _interpolate(rec.channels[a:b])
+        if block is None:
+            info["segments_dropped_all_nan"] += 1
+            continue
+        info["rows_kept"] += b - a
+        windows.append(make_windows(block, label[a:b], window, step, label_rule=label_rule))
+    return windows
+
+
 def load_pamap2_windows(
     path: Path | str,
     *,
@@ -429,23 +453,7 @@ def load_pamap2_windows(
     info = {"rows": 0, "rows_kept": 0, "rows_activity_0": 0, "rows_other_activities": 0,
             "rows_with_nan": 0, "segments": 0, "segments_dropped_all_nan": 0}
     for rec in ds.recordings:
-        label = lookup[rec.activity]
-        nan_rows = np.isnan(rec.channels).any(axis=1)
-        keep = label >= 0
-        info["rows"] += len(rec)
-        info["rows_activity_0"] += int((rec.activity == 0).sum())
-        info["rows_other_activities"] += int(((label < 0) & (rec.activity != 0)).sum())
-        info["rows_with_nan"] += int((keep & nan_rows).sum())
-        if nan_policy == "drop":
-            keep = keep & ~nan_rows
-        for a, b in _segments(keep, rec.timestamps):
-            info["segments"] += 1
-            block = _interpolate(rec.channels[a:b])
-            if block is None:
-                info["segments_dropped_all_nan"] += 1
-                continue
-            info["rows_kept"] += b - a
-            x, y = make_windows(block, label[a:b], window, step, label_rule=label_rule)
+        for x, y in _recording_windows(rec, lookup[rec.activity], nan_policy, window, step, label_rule, info):
             xs.append(x)
             ys.append(y)
             ss.append(np.full(len(y), rec.subject, np.int64))

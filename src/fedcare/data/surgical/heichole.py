@@ -31,7 +31,7 @@ Choices (the thesis and the reference are silent)
   own annotation row.
 * **Tools.** c0..c5 are the thesis's 6 tools one to one (HeiChole's categories are its label
   space). **Stapler (c6) is dropped** (thesis §5.1), as is the undefined shaft (c20).
-* **White frames** (``surgical_common.white_frames``) are dropped, with their labels.
+* **White frames** (``common.white_frames``) are dropped, with their labels.
 * **Frame-count tolerance**: rows must number the video's frames within ``tolerance_s`` = 2
   seconds' worth of frames; sampled frames past the last row are left out (``unlabelled``).
 * **Rows** must be numbered 0, 1, 2, ... (one per frame); 22 fields each.
@@ -46,26 +46,23 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.common import SYNTHETIC_MARKER
-from fedcare.data.surgical_common import (
+from fedcare.data.surgical.common import (
     TOOLS,
     BorderThresholds,
     SurgicalAnnotationError,
     SurgicalLayoutError,
-    SurgicalProblem,
     SurgicalVideo,
     VideoProblem,
     find_child,
-    is_junk,
     measure_border,
-    raise_if_fatal,
-    run_tasks,
     white_frames,
 )
+from fedcare.data.surgical.reader import Item, Layout, SurgicalDataset, check_root, load
 from fedcare.data.video import FrameCache
 
 __all__ = [
@@ -103,21 +100,12 @@ PROBLEM_KINDS: dict[str, str] = {
     "stray_file": "unexpected .mp4/.csv file in Videos/Full/ or Annotations/Instrument/",
 }
 
-_VIDEO_RE = re.compile(r"^hei-chole(\d+)\.mp4$", re.IGNORECASE)
-_ANNOTATION_RE = re.compile(r"^hei-chole(\d+)_annotation_instrument\.csv$", re.IGNORECASE)
-_IGNORED_RE = re.compile(r"^hei-chole\d+_annotation_instrument_detailed\.csv$", re.IGNORECASE)
 _LAYOUT_HINT = ("expected the HeiChole layout: Videos/Full/Hei-Chole<N>.mp4 and "
                 "Annotations/Instrument/Hei-Chole<N>_Annotation_Instrument.csv")
 
 
 @dataclass
-class HeiCholeDataset:
-    root: Path
-    videos: list[SurgicalVideo]  # the videos that loaded, by number
-    problems: list[SurgicalProblem]
-    synthetic: bool
-    thresholds: BorderThresholds
-
+class HeiCholeDataset(SurgicalDataset):
     def by_centre(self, centre: str) -> list[SurgicalVideo]:
         return [v for v in self.videos if v.centre == centre]
 
@@ -196,15 +184,9 @@ def map_tools(categories: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(categories[:, [TOOL_COLUMNS[t] for t in TOOLS]], dtype=np.uint8)
 
 
-@dataclass(frozen=True)
-class _Item:
-    number: int
-    video: Path
-    annotation: Path | None
-    expected_annotation: Path
-
-
-def _scan(root: Path, numbers: set[int] | None, hd: bool) -> tuple[list[_Item], list[SurgicalProblem]]:
+def _folders(root: Path, hd: bool) -> tuple[Path, Path]:
+    """Videos/Full/ (or Videos/Full/HD/) and Annotations/Instrument/ of the copy at `root`
+    (any case), or a layout error."""
     videos_root = find_child(root, "Videos")
     full = find_child(videos_root, "Full") if videos_root is not None else None
     if full is not None and hd:
@@ -221,37 +203,53 @@ def _scan(root: Path, numbers: set[int] | None, hd: bool) -> tuple[list[_Item], 
                 hint = f"; did you mean {inner}?"
                 break
         raise SurgicalLayoutError(f"{root}: no {missing} folder ({_LAYOUT_HINT}){hint}")
-    problems: list[SurgicalProblem] = []
-    videos: dict[int, Path] = {}
-    annotations: dict[int, Path] = {}
-    for folder, pattern, found, what in ((full, _VIDEO_RE, videos, "Hei-Chole<N>.mp4"),
-                                         (instrument, _ANNOTATION_RE, annotations, "Hei-Chole<N>_Annotation_Instrument.csv")):
-        for entry in sorted(folder.iterdir()):
-            if is_junk(entry.name) or _IGNORED_RE.match(entry.name) or entry.is_dir():
-                continue
-            match = pattern.match(entry.name)
-            if match:
-                number = int(match.group(1))
-                if number in found:
-                    problems.append(SurgicalProblem("stray_file", entry, f"duplicate video number {number} "
-                                                    f"(already {found[number].name}); ignored"))
-                else:
-                    found[number] = entry
-            elif entry.suffix.lower() in (".mp4", ".csv", ".avi", ".mkv"):
-                problems.append(SurgicalProblem("stray_file", entry, f"unexpected file in {folder.name}/ (expected {what})"))
-    if not videos:
-        raise SurgicalLayoutError(f"{full}: no Hei-Chole<N>.mp4 files ({_LAYOUT_HINT})")
-    items = []
-    for number in sorted(videos):
-        if numbers is not None and number not in numbers:
-            continue
-        expected = instrument / f"Hei-Chole{number}_Annotation_Instrument.csv"
-        items.append(_Item(number, videos[number], annotations.get(number), expected))
-    for number in sorted(set(annotations) - set(videos)):
-        if numbers is None or number in numbers:
-            problems.append(SurgicalProblem("annotation_without_video", annotations[number],
-                                            f"no video (expected {full / f'Hei-Chole{number}.mp4'})"))
-    return items, problems
+    return full, instrument
+
+
+def read_video(item: Item, cache: FrameCache, *, centres: Mapping[int, str], thresholds: BorderThresholds,
+               tolerance_s: int) -> SurgicalVideo:
+    """One video and its instrument annotation: a row per native frame, white frames dropped."""
+    if item.annotation is None:
+        raise VideoProblem("missing_annotation", item.video,
+                           f"no instrument annotation file (expected {item.expected_annotation})")
+    try:
+        categories = read_instrument_annotation(item.annotation)
+    except SurgicalAnnotationError as e:
+        raise VideoProblem("malformed_annotation", item.annotation, str(e).split(": ", 1)[1]) from None
+    cached = cache.get(item.video)
+    info = cached.info
+    rows = categories.shape[0]
+    allowed = round(tolerance_s * info.native_fps)
+    if abs(rows - info.frame_count) > allowed:
+        raise VideoProblem(
+            "frame_count_mismatch", item.annotation,
+            f"{rows} annotation rows (1 per frame) but the video {item.video} has {info.frame_count} frames "
+            f"at {info.native_fps:g} fps (tolerance ±{allowed} frames = {tolerance_s} s)")
+    index = np.asarray(info.frame_indices, np.int64)
+    labelled = index < rows
+    white = white_frames(cached.frames)
+    keep = labelled & ~white
+    seconds = np.flatnonzero(keep).astype(np.int64)
+    px, fraction, border = measure_border(cached.frames, thresholds, exclude=white)
+    return SurgicalVideo(
+        dataset="heichole", id=f"Hei-Chole{item.number}", number=item.number, path=item.video,
+        annotation=item.annotation, centre=centres.get(item.number, "unknown"), border=border,
+        border_px=px, border_fraction=fraction, native_fps=info.native_fps, frame_count=info.frame_count,
+        sampled=info.frames, seconds=seconds, labels=map_tools(categories[index[seconds]]),
+        white_dropped=int((white & labelled).sum()), unlabelled=int((~labelled).sum()),
+    )
+
+
+LAYOUT = Layout(
+    name="heichole", hint=_LAYOUT_HINT,
+    video_re=re.compile(r"^hei-chole(\d+)\.mp4$", re.IGNORECASE),
+    annotation_re=re.compile(r"^hei-chole(\d+)_annotation_instrument\.csv$", re.IGNORECASE),
+    ignored_re=re.compile(r"^hei-chole\d+_annotation_instrument_detailed\.csv$", re.IGNORECASE),
+    video_name="Hei-Chole<N>.mp4", annotation_name="Hei-Chole<N>_Annotation_Instrument.csv",
+    video_file=lambda number: f"Hei-Chole{number}.mp4",
+    annotation_file=lambda number: f"Hei-Chole{number}_Annotation_Instrument.csv",
+    stray_suffixes=(".mp4", ".csv", ".avi", ".mkv"), problem_kinds=PROBLEM_KINDS, dataset=HeiCholeDataset,
+)
 
 
 def load_heichole(
@@ -274,53 +272,8 @@ def load_heichole(
     The other arguments are those of ``load_cholec80``. Raises SurgicalLayoutError naming
     the path if `root` is not a HeiChole copy.
     """
-    root = Path(root)
-    if not root.exists():
-        raise SurgicalLayoutError(f"{root}: no such file or directory ({_LAYOUT_HINT})")
-    if not root.is_dir():
-        raise SurgicalLayoutError(f"{root}: not a directory ({_LAYOUT_HINT})")
-    if isinstance(tolerance_s, bool) or not isinstance(tolerance_s, int) or tolerance_s < 0:
-        raise ValueError(f"tolerance_s must be a non-negative whole number, got {tolerance_s!r}")
-    cache = cache if cache is not None else FrameCache()
-    centre_of = dict(HEICHOLE_CENTRES if centres is None else centres)
-    items, problems = _scan(root, None if numbers is None else {int(n) for n in numbers}, hd)
-
-    def load(item: _Item) -> SurgicalVideo:
-        if item.annotation is None:
-            raise VideoProblem("missing_annotation", item.video,
-                               f"no instrument annotation file (expected {item.expected_annotation})")
-        try:
-            categories = read_instrument_annotation(item.annotation)
-        except SurgicalAnnotationError as e:
-            raise VideoProblem("malformed_annotation", item.annotation, str(e).split(": ", 1)[1]) from None
-        cached = cache.get(item.video)
-        info = cached.info
-        rows = categories.shape[0]
-        allowed = round(tolerance_s * info.native_fps)
-        if abs(rows - info.frame_count) > allowed:
-            raise VideoProblem(
-                "frame_count_mismatch", item.annotation,
-                f"{rows} annotation rows (1 per frame) but the video {item.video} has {info.frame_count} frames "
-                f"at {info.native_fps:g} fps (tolerance ±{allowed} frames = {tolerance_s} s)")
-        index = np.asarray(info.frame_indices, np.int64)
-        labelled = index < rows
-        white = white_frames(cached.frames)
-        keep = labelled & ~white
-        seconds = np.flatnonzero(keep).astype(np.int64)
-        px, fraction, border = measure_border(cached.frames, thresholds, exclude=white)
-        return SurgicalVideo(
-            dataset="heichole", id=f"Hei-Chole{item.number}", number=item.number, path=item.video,
-            annotation=item.annotation, centre=centre_of.get(item.number, "unknown"), border=border,
-            border_px=px, border_fraction=fraction, native_fps=info.native_fps, frame_count=info.frame_count,
-            sampled=info.frames, seconds=seconds, labels=map_tools(categories[index[seconds]]),
-            white_dropped=int((white & labelled).sum()), unlabelled=int((~labelled).sum()),
-        )
-
-    results = run_tasks(items, load, workers=workers, progress=progress)
-    videos = [video for video, _ in results if video is not None]
-    problems = sorted(problems + [p for _, p in results if p is not None],
-                      key=lambda p: (list(PROBLEM_KINDS).index(p.kind), str(p.path)))
-    if strict:
-        raise_if_fatal(problems, f"fedcare data summary heichole {root}")
-    return HeiCholeDataset(root=root, videos=videos, problems=problems,
-                           synthetic=(root / SYNTHETIC_MARKER).is_file(), thresholds=thresholds)
+    root = check_root(LAYOUT, root, tolerance_s)
+    read = partial(read_video, centres=dict(HEICHOLE_CENTRES if centres is None else centres),
+                   thresholds=thresholds, tolerance_s=tolerance_s)
+    return load(LAYOUT, root, partial(_folders, hd=hd), read, cache=cache, numbers=numbers, thresholds=thresholds,
+                strict=strict, workers=workers, progress=progress)

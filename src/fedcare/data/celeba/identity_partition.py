@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.celeba import ATTRIBUTES
+from fedcare.data.celeba.reader import ATTRIBUTES
 from fedcare.data.common import DataError
 
 __all__ = [
@@ -73,7 +73,7 @@ N_IDENTITIES = 1500
 UNSEEN_CLIENTS: tuple[int, ...] = (16, 17, 18, 19, 20)
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)  # train, validation, test, per identity
 LOGNORMAL_MU, LOGNORMAL_SIGMA = 3.0, 3.0
-ATTRIBUTE_CLIENTS_FILE = Path(__file__).parent / "celeba_attribute_clients.toml"
+ATTRIBUTE_CLIENTS_FILE = Path(__file__).parent.parent / "celeba_attribute_clients.toml"  # data/: package data
 
 # Thesis Table 4.2: the lognormal partition's (train, test) images per client, for comparison.
 TABLE_4_2: dict[int, tuple[int, int]] = {

@@ -85,7 +85,7 @@ from fedcare.data.synthetic.face import session_conditions as _session
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 from fedcare.data.common import SYNTHETIC_MARKER, THESIS_GROUP1, THESIS_GROUP2
 
-GENERATOR = "fedcare.data.synthetic.pain"
+GENERATOR = "fedcare.data.synthetic.pain"  # the marker keeps the name from before the dataset packages (same bytes)
 MARKER_FILE = SYNTHETIC_MARKER
 NOTE = "SYNTHETIC data, not UNBC-McMaster"
 
@@ -562,6 +562,43 @@ def _write_frames(seq: str, dirs: list[str], images: np.ndarray, pspi: np.ndarra
     return len(images)
 
 
+def _check_options(seed, frame_scale, image_size, min_frames_per_sequence) -> tuple[int, int, int]:
+    """(seed, image_size, min_frames_per_sequence) as ints; ValueError naming a bad option."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if not (isinstance(frame_scale, (int, float)) and math.isfinite(frame_scale) and frame_scale > 0):
+        raise ValueError(f"frame_scale must be a positive number, got {frame_scale!r}")
+    if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) or image_size < 16:
+        raise ValueError(f"image_size must be an integer >= 16, got {image_size!r}")
+    if isinstance(min_frames_per_sequence, bool) or not isinstance(min_frames_per_sequence, (int, np.integer)) \
+            or min_frames_per_sequence < 1:
+        raise ValueError(f"min_frames_per_sequence must be an integer >= 1, got {min_frames_per_sequence!r}")
+    return int(seed), int(image_size), int(min_frames_per_sequence)
+
+
+class _Writers:
+    """A few threads write the files while the next frames are drawn; at most _MAX_PENDING
+    writes wait, and progress counts the frames written."""
+
+    def __init__(self, total: int, progress: Callable[[int, int], None] | None) -> None:
+        self.total, self.progress, self.done = total, progress, 0
+        self.pending: deque[Future] = deque()
+        self.pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="fedcare-synth")
+
+    def collect(self, block: bool) -> None:
+        while self.pending and (block or self.pending[0].done() or len(self.pending) > _MAX_PENDING):
+            self.done += self.pending.popleft().result()
+            if self.progress is not None:
+                self.progress(self.done, self.total)
+
+    def submit(self, fn: Callable[..., int], *args) -> None:
+        self.pending.append(self.pool.submit(fn, *args))
+        self.collect(block=False)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def generate_pain_cohort(
     out: Path,
     *,
@@ -586,46 +623,22 @@ def generate_pain_cohort(
     Raises FileExistsError if `out` exists and is not empty (unless `overwrite`)."""
     out = Path(out)
     subj = _check_subjects(subjects)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    if not (isinstance(frame_scale, (int, float)) and math.isfinite(frame_scale) and frame_scale > 0):
-        raise ValueError(f"frame_scale must be a positive number, got {frame_scale!r}")
-    if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) or image_size < 16:
-        raise ValueError(f"image_size must be an integer >= 16, got {image_size!r}")
-    if isinstance(min_frames_per_sequence, bool) or not isinstance(min_frames_per_sequence, (int, np.integer)) \
-            or min_frames_per_sequence < 1:
-        raise ValueError(f"min_frames_per_sequence must be an integer >= 1, got {min_frames_per_sequence!r}")
-    seed, image_size, min_frames_per_sequence = int(seed), int(image_size), int(min_frames_per_sequence)
+    seed, image_size, min_frames_per_sequence = _check_options(seed, frame_scale, image_size, min_frames_per_sequence)
     check_output_dir(out, overwrite)
 
     plans = _plan(subj, seed, float(frame_scale), min_frames_per_sequence, bool(quirks))
     total = sum(p.frames for p in plans)
-    done = 0
-    pending: deque[Future] = deque()
-
-    def collect(block: bool) -> None:
-        nonlocal done
-        while pending and (block or pending[0].done() or len(pending) > _MAX_PENDING):
-            done += pending.popleft().result()
-            if progress is not None:
-                progress(done, total)
-
     pspi_counts: dict[int, int] = {}
     with atomic_directory(out, overwrite) as tmp:
-        pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="fedcare-synth")
-
-        def submit(fn: Callable[..., int], *args) -> None:
-            pending.append(pool.submit(fn, *args))
-            collect(block=False)
-
+        writers = _Writers(total, progress)
         try:
             if progress is not None:
                 progress(0, total)
             for plan in plans:
-                _generate_subject(tmp, plan, seed, image_size, submit, pspi_counts)
-            collect(block=True)
+                _generate_subject(tmp, plan, seed, image_size, writers.submit, pspi_counts)
+            writers.collect(block=True)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)  # no writer may still touch tmp
+            writers.shutdown()  # no writer may still touch tmp
         options = {"subjects": subj, "frame_scale": float(frame_scale), "image_size": image_size,
                    "min_frames_per_sequence": min_frames_per_sequence, "quirks": bool(quirks)}
         marker = {"generator": GENERATOR, "seed": seed, "options": options, "note": NOTE}

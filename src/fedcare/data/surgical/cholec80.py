@@ -15,7 +15,7 @@ Layout (reference/dataset-formats.md §3.1)::
 Folder and file names are matched case-insensitively; the 7 tool columns are found by their
 header names (any order, any case), so only the names must be right.
 
-Choices (the thesis and the reference are silent; see also surgical_common's docstring
+Choices (the thesis and the reference are silent; see also common's docstring
 for the border classes)
 --------------------------------------------------------------------------------------
 
@@ -50,25 +50,22 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.common import SYNTHETIC_MARKER
-from fedcare.data.surgical_common import (
+from fedcare.data.surgical.common import (
     TOOLS,
     BorderThresholds,
     SurgicalAnnotationError,
     SurgicalLayoutError,
-    SurgicalProblem,
     SurgicalVideo,
     VideoProblem,
     find_child,
-    is_junk,
     measure_border,
-    raise_if_fatal,
-    run_tasks,
 )
+from fedcare.data.surgical.reader import Item, Layout, SurgicalDataset, check_root, load
 from fedcare.data.video import FrameCache
 
 __all__ = [
@@ -116,21 +113,12 @@ PROBLEM_KINDS: dict[str, str] = {
     "stray_file": "unexpected .mp4/.txt file in videos/ or tool_annotations/",
 }
 
-_VIDEO_RE = re.compile(r"^video(\d{2,})\.mp4$", re.IGNORECASE)
-_TOOL_RE = re.compile(r"^video(\d{2,})-tool\.txt$", re.IGNORECASE)
-_IGNORED_RE = re.compile(r"^video\d{2,}-timestamp\.txt$", re.IGNORECASE)
 HEADER_TEXT = "Frame\\t" + "\\t".join(COLUMNS)  # as printed in messages
 _LAYOUT_HINT = "expected the Cholec80 layout: videos/videoNN.mp4 and tool_annotations/videoNN-tool.txt"
 
 
 @dataclass
-class Cholec80Dataset:
-    root: Path
-    videos: list[SurgicalVideo]  # the videos that loaded, by number
-    problems: list[SurgicalProblem]
-    synthetic: bool  # <root>/fedcare-synthetic.json exists
-    thresholds: BorderThresholds
-
+class Cholec80Dataset(SurgicalDataset):
     def by_border(self, border: str) -> list[SurgicalVideo]:
         return [v for v in self.videos if v.border == border]
 
@@ -204,15 +192,8 @@ def map_tools(raw: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
-class _Item:
-    number: int
-    video: Path
-    annotation: Path | None
-    expected_annotation: Path
-
-
-def _scan(root: Path, numbers: set[int] | None) -> tuple[list[_Item], list[SurgicalProblem]]:
+def _folders(root: Path) -> tuple[Path, Path]:
+    """videos/ and tool_annotations/ of the copy at `root` (any case), or a layout error."""
     videos_dir = find_child(root, "videos")
     tools_dir = find_child(root, "tool_annotations")
     if videos_dir is None or tools_dir is None:
@@ -222,37 +203,47 @@ def _scan(root: Path, numbers: set[int] | None) -> tuple[list[_Item], list[Surgi
         if inner is not None and find_child(inner, "videos") is not None:
             hint = f"; did you mean {inner}?"
         raise SurgicalLayoutError(f"{root}: no {missing} folder ({_LAYOUT_HINT}){hint}")
-    problems: list[SurgicalProblem] = []
-    videos: dict[int, Path] = {}
-    annotations: dict[int, Path] = {}
-    for folder, pattern, found, what in ((videos_dir, _VIDEO_RE, videos, "videoNN.mp4"),
-                                         (tools_dir, _TOOL_RE, annotations, "videoNN-tool.txt")):
-        for entry in sorted(folder.iterdir()):
-            if is_junk(entry.name) or _IGNORED_RE.match(entry.name):
-                continue
-            match = pattern.match(entry.name)
-            if match and entry.is_file():
-                number = int(match.group(1))
-                if number in found:
-                    problems.append(SurgicalProblem("stray_file", entry, f"duplicate video number {number} "
-                                                    f"(already {found[number].name}); ignored"))
-                else:
-                    found[number] = entry
-            elif entry.suffix.lower() in (".mp4", ".txt", ".csv", ".avi", ".mkv"):
-                problems.append(SurgicalProblem("stray_file", entry, f"unexpected file in {folder.name}/ (expected {what})"))
-    if not videos:
-        raise SurgicalLayoutError(f"{videos_dir}: no videoNN.mp4 files ({_LAYOUT_HINT})")
-    items = []
-    for number in sorted(videos):
-        if numbers is not None and number not in numbers:
-            continue
-        expected = tools_dir / f"video{number:02d}-tool.txt"
-        items.append(_Item(number, videos[number], annotations.get(number), expected))
-    for number in sorted(set(annotations) - set(videos)):
-        if numbers is None or number in numbers:
-            problems.append(SurgicalProblem("annotation_without_video", annotations[number],
-                                            f"no video (expected {videos_dir / f'video{number:02d}.mp4'})"))
-    return items, problems
+    return videos_dir, tools_dir
+
+
+def read_video(item: Item, cache: FrameCache, *, thresholds: BorderThresholds, tolerance_s: int) -> SurgicalVideo:
+    """One video and its tool annotation: a row per second, the common prefix of rows and 1-fps frames."""
+    if item.annotation is None:
+        raise VideoProblem("missing_annotation", item.video,
+                           f"no tool annotation file (expected {item.expected_annotation})")
+    try:
+        raw = read_tool_annotation(item.annotation)
+    except SurgicalAnnotationError as e:
+        raise VideoProblem("malformed_annotation", item.annotation, str(e).split(": ", 1)[1]) from None
+    cached = cache.get(item.video)
+    info = cached.info
+    rows, sampled = raw.shape[0], info.frames
+    if abs(rows - sampled) > tolerance_s:
+        per_second = math.ceil(info.frame_count / info.step) if info.step else sampled
+        raise VideoProblem(
+            "frame_count_mismatch", item.annotation,
+            f"{rows} annotation rows (1 per second) but the video {item.video} has {info.frame_count} frames at "
+            f"{info.native_fps:g} fps = {per_second} frames at 1 fps (tolerance ±{tolerance_s})")
+    n = min(rows, sampled)
+    px, fraction, border = measure_border(cached.frames, thresholds)
+    return SurgicalVideo(
+        dataset="cholec80", id=f"video{item.number:02d}", number=item.number, path=item.video,
+        annotation=item.annotation, centre=CENTRE, border=border, border_px=px, border_fraction=fraction,
+        native_fps=info.native_fps, frame_count=info.frame_count, sampled=sampled,
+        seconds=np.arange(n, dtype=np.int64), labels=map_tools(raw[:n]),
+        unlabelled=max(0, sampled - n),
+    )
+
+
+LAYOUT = Layout(
+    name="cholec80", hint=_LAYOUT_HINT,
+    video_re=re.compile(r"^video(\d{2,})\.mp4$", re.IGNORECASE),
+    annotation_re=re.compile(r"^video(\d{2,})-tool\.txt$", re.IGNORECASE),
+    ignored_re=re.compile(r"^video\d{2,}-timestamp\.txt$", re.IGNORECASE),
+    video_name="videoNN.mp4", annotation_name="videoNN-tool.txt",
+    video_file=lambda number: f"video{number:02d}.mp4", annotation_file=lambda number: f"video{number:02d}-tool.txt",
+    stray_suffixes=(".mp4", ".txt", ".csv", ".avi", ".mkv"), problem_kinds=PROBLEM_KINDS, dataset=Cholec80Dataset,
+)
 
 
 def load_cholec80(
@@ -278,48 +269,7 @@ def load_cholec80(
 
     Raises SurgicalLayoutError naming the path if `root` is not a Cholec80 copy.
     """
-    root = Path(root)
-    if not root.exists():
-        raise SurgicalLayoutError(f"{root}: no such file or directory ({_LAYOUT_HINT})")
-    if not root.is_dir():
-        raise SurgicalLayoutError(f"{root}: not a directory ({_LAYOUT_HINT})")
-    if isinstance(tolerance_s, bool) or not isinstance(tolerance_s, int) or tolerance_s < 0:
-        raise ValueError(f"tolerance_s must be a non-negative whole number, got {tolerance_s!r}")
-    cache = cache if cache is not None else FrameCache()
-    items, problems = _scan(root, None if numbers is None else {int(n) for n in numbers})
-
-    def load(item: _Item) -> SurgicalVideo:
-        if item.annotation is None:
-            raise VideoProblem("missing_annotation", item.video,
-                               f"no tool annotation file (expected {item.expected_annotation})")
-        try:
-            raw = read_tool_annotation(item.annotation)
-        except SurgicalAnnotationError as e:
-            raise VideoProblem("malformed_annotation", item.annotation, str(e).split(": ", 1)[1]) from None
-        cached = cache.get(item.video)
-        info = cached.info
-        rows, sampled = raw.shape[0], info.frames
-        if abs(rows - sampled) > tolerance_s:
-            per_second = math.ceil(info.frame_count / info.step) if info.step else sampled
-            raise VideoProblem(
-                "frame_count_mismatch", item.annotation,
-                f"{rows} annotation rows (1 per second) but the video {item.video} has {info.frame_count} frames at "
-                f"{info.native_fps:g} fps = {per_second} frames at 1 fps (tolerance ±{tolerance_s})")
-        n = min(rows, sampled)
-        px, fraction, border = measure_border(cached.frames, thresholds)
-        return SurgicalVideo(
-            dataset="cholec80", id=f"video{item.number:02d}", number=item.number, path=item.video,
-            annotation=item.annotation, centre=CENTRE, border=border, border_px=px, border_fraction=fraction,
-            native_fps=info.native_fps, frame_count=info.frame_count, sampled=sampled,
-            seconds=np.arange(n, dtype=np.int64), labels=map_tools(raw[:n]),
-            unlabelled=max(0, sampled - n),
-        )
-
-    results = run_tasks(items, load, workers=workers, progress=progress)
-    videos = [video for video, _ in results if video is not None]
-    problems = sorted(problems + [p for _, p in results if p is not None],
-                      key=lambda p: (list(PROBLEM_KINDS).index(p.kind), str(p.path)))
-    if strict:
-        raise_if_fatal(problems, f"fedcare data summary cholec80 {root}")
-    return Cholec80Dataset(root=root, videos=videos, problems=problems,
-                           synthetic=(root / SYNTHETIC_MARKER).is_file(), thresholds=thresholds)
+    root = check_root(LAYOUT, root, tolerance_s)
+    read = partial(read_video, thresholds=thresholds, tolerance_s=tolerance_s)
+    return load(LAYOUT, root, _folders, read, cache=cache, numbers=numbers, thresholds=thresholds, strict=strict,
+                workers=workers, progress=progress)

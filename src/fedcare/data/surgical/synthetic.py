@@ -87,17 +87,17 @@ import cv2
 import numpy as np
 
 from fedcare.data.common import SYNTHETIC_MARKER
-from fedcare.data.heichole import test_videos
+from fedcare.data.surgical.heichole import test_videos
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 from fedcare.data.video import decoder_id
 
 __all__ = ["GENERATOR", "PHASES", "default_heichole_seconds", "generate_surgical", "plan_videos"]
 
-GENERATOR = "fedcare.data.synthetic.surgical"
+GENERATOR = "fedcare.data.synthetic.surgical"  # the marker keeps the name from before the dataset packages (same bytes)
 NOTE = "SYNTHETIC data, not Cholec80 / HeiChole: no patient, no surgery"
 FOURCC = "mp4v"
 
-# tool slots, thesis order (surgical_common.TOOLS) plus the HeiChole-only stapler
+# tool slots, thesis order (common.TOOLS) plus the HeiChole-only stapler
 GRASPER, CLIPPER, COAG, SCISSORS, SUCTION, BAG, STAPLER = range(7)
 N_TOOLS = 6
 
@@ -356,7 +356,20 @@ class _Scene:
         self.w, self.h = width, height
         s = width / 240.0
         self.s = s
-        tw, th = int(width * 1.5), int(height * 1.5)
+        tw, th = int(width * 1.5), int(height * 1.5)  # the camera moves over a larger texture
+        gains, gamma, saturation = PROFILES[CLIENT_CENTRE[plan.client]]
+        # drawn from `rng` in this order: tissue, highlights, optics
+        noise = self._tissue(tw, th, saturation, rng)
+        self._highlights(noise, tw, th, rng)
+        self._optics(gains, gamma, tw, th, rng)
+        smoke = np.zeros((int(60 * s), int(60 * s)), np.float32)
+        cv2.circle(smoke, (smoke.shape[1] // 2, smoke.shape[0] // 2), int(18 * s), 1.0, -1)
+        self.smoke = cv2.GaussianBlur(smoke, (0, 0), 9 * s)
+
+    def _tissue(self, tw: int, th: int, saturation: float, rng: np.random.Generator) -> np.ndarray:
+        """`texture`: red tissue with fat and vessels, in the camera's saturation; returns its
+        relief (the noise that shaped it)."""
+        s = self.s
         n = (0.55 * _smooth_noise((th, tw), 40 * s, rng) + 0.3 * _smooth_noise((th, tw), 12 * s, rng)
              + 0.15 * _smooth_noise((th, tw), 4 * s, rng))
         base = np.array([182, 78, 72], np.float32) * rng.uniform(0.92, 1.08, 3).astype(np.float32)
@@ -375,11 +388,14 @@ class _Scene:
                           max(1, round(rng.uniform(1, 2.5) * s)), cv2.LINE_AA)
         vessels = cv2.GaussianBlur(vessels, (0, 0), 1.0 * s)[..., None]
         tex = tex * (1 - 0.55 * vessels) + np.array([110, 20, 28], np.float32) * 0.55 * vessels
-        gains, gamma, saturation = PROFILES[CLIENT_CENTRE[plan.client]]
         grey = tex.mean(axis=2, keepdims=True)
         tex = grey + (tex - grey) * saturation  # the camera's saturation, baked into the tissue
         self.texture = np.clip(tex, 0, 255).astype(np.uint8)
-        # wet highlights: clusters of small glints on the bulging (bright) parts of the tissue
+        return n
+
+    def _highlights(self, n: np.ndarray, tw: int, th: int, rng: np.random.Generator) -> None:
+        """`specular`: wet highlights, clusters of small glints on the bulging (bright) parts of the tissue."""
+        s = self.s
         spec = np.zeros((th, tw), np.float32)
         bulge = n > np.quantile(n, 0.8)
         ys, xs = np.nonzero(bulge)
@@ -395,6 +411,11 @@ class _Scene:
         spec = spec + 0.35 * cv2.GaussianBlur(spec, (0, 0), 4 * s)  # soft glow around the glints
         spec = np.clip(cv2.GaussianBlur(spec, (0, 0), 0.6 * s) * 255, 0, 255).astype(np.uint8)
         self.specular = np.repeat(spec[..., None], 3, axis=2)
+
+    def _optics(self, gains, gamma: float, tw: int, th: int, rng: np.random.Generator) -> None:
+        """The camera: `vignette`, its path over the texture (`cam`, `margin`), its colour
+        response (`lut`), sensor noise and light flicker."""
+        width, height = self.w, self.h
         yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
         r = np.sqrt(((xx - width / 2) / (width / 2)) ** 2 + ((yy - height / 2) / (height / 2)) ** 2)
         strength = rng.uniform(0.35, 0.5)
@@ -412,9 +433,6 @@ class _Scene:
         self.noise_up = [np.clip(n, 0, 255).astype(np.uint8) for n in noise]
         self.noise_down = [np.clip(-n, 0, 255).astype(np.uint8) for n in noise]
         self.flicker = (rng.uniform(0.03, 0.06), rng.uniform(0.2, 0.5), rng.uniform(0, 2 * math.pi))
-        smoke = np.zeros((int(60 * s), int(60 * s)), np.float32)
-        cv2.circle(smoke, (smoke.shape[1] // 2, smoke.shape[0] // 2), int(18 * s), 1.0, -1)
-        self.smoke = cv2.GaussianBlur(smoke, (0, 0), 9 * s)
 
     def camera(self, t: float) -> tuple[float, float]:
         mx, my = self.margin
@@ -533,80 +551,125 @@ def _shaft(img, port, joint, width_tip, colour, highlight):
     return u, n
 
 
+def _draw_grasper(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+                  t: float, s: float) -> None:
+    """Grasper: two jaws opening and closing."""
+    jl = 12 * s
+    joint = tip - u * jl
+    _shaft(img, port, joint, 6 * s, (48, 48, 52), (110, 110, 118))
+    opening = 0.15 + 0.3 * (0.5 + 0.5 * math.sin(2.0 * t + ep.jaw[1]))
+    for sign in (1, -1):
+        end = joint + jl * (u * math.cos(opening) + sign * n * math.sin(opening))
+        _line(img, joint, end, (60, 60, 66), 4.2 * s)
+        _line(img, joint, end, (165, 165, 175), 2.2 * s)
+
+
+def _draw_clipper(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+                  t: float, s: float) -> None:
+    """Clipper: two silver jaws holding a gold clip."""
+    jl = 11 * s
+    joint = tip - u * jl
+    _shaft(img, port, joint, 6.5 * s, (150, 150, 155), (215, 215, 220))
+    for sign in (1, -1):
+        _line(img, joint + sign * n * 3 * s, tip + sign * n * 3 * s, (190, 190, 198), 2.4 * s)
+    clip = np.array([tip - u * 5 * s + n * 2.5 * s, tip + n * 2.5 * s, tip - n * 2.5 * s, tip - u * 5 * s - n * 2.5 * s])
+    cv2.polylines(img, [np.round(clip * 16).astype(np.int32)], False, (235, 190, 50), max(1, round(2 * s)),
+                  cv2.LINE_AA, 4)
+
+
+def _draw_hook(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+               t: float, s: float) -> None:
+    """Monopolar hook (one kind of Coagulation Instrument)."""
+    joint = tip - u * 9 * s
+    _shaft(img, port, joint, 4.5 * s, (22, 22, 24), (75, 75, 80))
+    _line(img, joint, tip, (215, 215, 208), 3.2 * s)
+    _line(img, tip, tip + n * 5 * s, (200, 200, 205), 1.8 * s)
+
+
+def _draw_bipolar(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+                  t: float, s: float) -> None:
+    """Bipolar forceps (the other kind of Coagulation Instrument)."""
+    jl = 10 * s
+    joint = tip - u * jl
+    _shaft(img, port, joint, 5 * s, (62, 72, 150), (120, 130, 200))
+    for sign in (1, -1):
+        _line(img, joint + sign * n * 1.6 * s, tip + sign * n * 2.4 * s, (205, 205, 215), 1.4 * s)
+        cv2.circle(img, _pt(tip + sign * n * 2.4 * s), max(1, round(1.2 * s)) * 16, (80, 110, 220), -1,
+                   cv2.LINE_AA, 4)
+
+
+def _draw_scissors(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+                   t: float, s: float) -> None:
+    """Scissors: two curved blades opening a little."""
+    bl = 14 * s
+    joint = tip - u * bl
+    _shaft(img, port, joint, 5.5 * s, (40, 40, 44), (100, 100, 108))
+    spread = 0.25 + 0.15 * math.sin(3.0 * t + ep.jaw[1])
+    for sign in (1, -1):
+        a = joint + sign * n * 2 * s
+        b = tip - sign * n * bl * math.sin(spread) * 0.5
+        mid = (a + b) / 2 + sign * n * 1.5 * s
+        cv2.polylines(img, [np.round(np.array([a, mid, b]) * 16).astype(np.int32)], False, (215, 215, 228),
+                      max(1, round(2.2 * s)), cv2.LINE_AA, 4)
+
+
+def _draw_suction(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+                  t: float, s: float) -> None:
+    """Suction-Irrigation: a pale tube with holes near its tip."""
+    _shaft(img, port, tip, 5 * s, (200, 202, 196), (245, 245, 240))
+    cv2.circle(img, _pt(tip), round(2.6 * s * 16), (205, 207, 200), -1, cv2.LINE_AA, 4)
+    for k in (3.5, 6.5):
+        cv2.circle(img, _pt(tip - u * k * s), max(1, round(0.9 * s * 16)), (50, 50, 50), -1, cv2.LINE_AA, 4)
+
+
+def _draw_bag(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+              t: float, s: float) -> None:
+    """Specimen Bag: a translucent wobbling sack on a string to its port."""
+    centre = tip
+    angles = np.linspace(0, 2 * math.pi, 18, endpoint=False)
+    rng = np.random.default_rng(int(ep.jaw[1] * 1000))
+    radius = (1 + 0.18 * rng.standard_normal(len(angles))) * (0.75 + 0.35 * (0.5 + 0.5 * math.sin(ep.jaw[1])))
+    rx, ry = 20 * s, 14 * s
+    pts = np.stack([centre[0] + rx * radius * np.cos(angles + 0.05 * t),
+                    centre[1] + ry * radius * np.sin(angles + 0.05 * t)], axis=1)
+    overlay = img.copy()
+    poly = np.round(pts * 16).astype(np.int32)
+    cv2.fillPoly(overlay, [poly], (226, 212, 190), cv2.LINE_AA, 4)
+    cv2.addWeighted(overlay, 0.62, img, 0.38, 0, dst=img)
+    cv2.polylines(img, [poly], True, (175, 160, 140), max(1, round(1.0 * s)), cv2.LINE_AA, 4)
+    _line(img, centre - np.array([rx, 0]) * 0.2, port, (200, 195, 170), 1.0 * s)
+
+
+def _draw_stapler(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+                  t: float, s: float) -> None:
+    """Stapler (HeiChole only): a wide jaw."""
+    jl = 22 * s
+    joint = tip - u * jl
+    _shaft(img, port, joint, 9 * s, (55, 58, 62), (120, 120, 130))
+    jaw = np.array([joint + n * 4 * s, tip + n * 4 * s, tip - n * 4 * s, joint - n * 4 * s])
+    cv2.fillConvexPoly(img, np.round(jaw * 16).astype(np.int32), (75, 85, 115), cv2.LINE_AA, 4)
+    _line(img, joint, tip, (140, 150, 180), 1.5 * s)
+
+
+def _draw_coagulation(img: np.ndarray, tip: np.ndarray, port: np.ndarray, u: np.ndarray, n: np.ndarray, ep: _Episode,
+                      t: float, s: float) -> None:
+    """A hook or a bipolar forceps, by the episode's kind."""
+    (_draw_hook if ep.kind == 0 else _draw_bipolar)(img, tip, port, u, n, ep, t, s)
+
+
+_DRAW = {GRASPER: _draw_grasper, CLIPPER: _draw_clipper, COAG: _draw_coagulation, SCISSORS: _draw_scissors,
+         SUCTION: _draw_suction, BAG: _draw_bag, STAPLER: _draw_stapler}
+
+
 def _draw_tool(img: np.ndarray, tool: int, ep: _Episode, t: float, s: float) -> np.ndarray:
+    """Draw `tool` at time `t` of its episode (scale `s`), from its port to its tip; returns the tip."""
     tip = ep.tip(t)
     port = ep.port
     d = tip - port
     u = d / (float(np.hypot(*d)) or 1.0)
     n = np.array([-u[1], u[0]])
-    if tool == GRASPER:
-        jl = 12 * s
-        joint = tip - u * jl
-        _shaft(img, port, joint, 6 * s, (48, 48, 52), (110, 110, 118))
-        opening = 0.15 + 0.3 * (0.5 + 0.5 * math.sin(2.0 * t + ep.jaw[1]))
-        for sign in (1, -1):
-            end = joint + jl * (u * math.cos(opening) + sign * n * math.sin(opening))
-            _line(img, joint, end, (60, 60, 66), 4.2 * s)
-            _line(img, joint, end, (165, 165, 175), 2.2 * s)
-    elif tool == CLIPPER:
-        jl = 11 * s
-        joint = tip - u * jl
-        _shaft(img, port, joint, 6.5 * s, (150, 150, 155), (215, 215, 220))
-        for sign in (1, -1):
-            _line(img, joint + sign * n * 3 * s, tip + sign * n * 3 * s, (190, 190, 198), 2.4 * s)
-        clip = np.array([tip - u * 5 * s + n * 2.5 * s, tip + n * 2.5 * s, tip - n * 2.5 * s, tip - u * 5 * s - n * 2.5 * s])
-        cv2.polylines(img, [np.round(clip * 16).astype(np.int32)], False, (235, 190, 50), max(1, round(2 * s)),
-                      cv2.LINE_AA, 4)
-    elif tool == COAG and ep.kind == 0:  # monopolar hook
-        joint = tip - u * 9 * s
-        _shaft(img, port, joint, 4.5 * s, (22, 22, 24), (75, 75, 80))
-        _line(img, joint, tip, (215, 215, 208), 3.2 * s)
-        _line(img, tip, tip + n * 5 * s, (200, 200, 205), 1.8 * s)
-    elif tool == COAG:  # bipolar forceps
-        jl = 10 * s
-        joint = tip - u * jl
-        _shaft(img, port, joint, 5 * s, (62, 72, 150), (120, 130, 200))
-        for sign in (1, -1):
-            _line(img, joint + sign * n * 1.6 * s, tip + sign * n * 2.4 * s, (205, 205, 215), 1.4 * s)
-            cv2.circle(img, _pt(tip + sign * n * 2.4 * s), max(1, round(1.2 * s)) * 16, (80, 110, 220), -1,
-                       cv2.LINE_AA, 4)
-    elif tool == SCISSORS:
-        bl = 14 * s
-        joint = tip - u * bl
-        _shaft(img, port, joint, 5.5 * s, (40, 40, 44), (100, 100, 108))
-        spread = 0.25 + 0.15 * math.sin(3.0 * t + ep.jaw[1])
-        for sign in (1, -1):
-            a = joint + sign * n * 2 * s
-            b = tip - sign * n * bl * math.sin(spread) * 0.5
-            mid = (a + b) / 2 + sign * n * 1.5 * s
-            cv2.polylines(img, [np.round(np.array([a, mid, b]) * 16).astype(np.int32)], False, (215, 215, 228),
-                          max(1, round(2.2 * s)), cv2.LINE_AA, 4)
-    elif tool == SUCTION:
-        _shaft(img, port, tip, 5 * s, (200, 202, 196), (245, 245, 240))
-        cv2.circle(img, _pt(tip), round(2.6 * s * 16), (205, 207, 200), -1, cv2.LINE_AA, 4)
-        for k in (3.5, 6.5):
-            cv2.circle(img, _pt(tip - u * k * s), max(1, round(0.9 * s * 16)), (50, 50, 50), -1, cv2.LINE_AA, 4)
-    elif tool == BAG:
-        centre = tip
-        angles = np.linspace(0, 2 * math.pi, 18, endpoint=False)
-        rng = np.random.default_rng(int(ep.jaw[1] * 1000))
-        radius = (1 + 0.18 * rng.standard_normal(len(angles))) * (0.75 + 0.35 * (0.5 + 0.5 * math.sin(ep.jaw[1])))
-        rx, ry = 20 * s, 14 * s
-        pts = np.stack([centre[0] + rx * radius * np.cos(angles + 0.05 * t),
-                        centre[1] + ry * radius * np.sin(angles + 0.05 * t)], axis=1)
-        overlay = img.copy()
-        poly = np.round(pts * 16).astype(np.int32)
-        cv2.fillPoly(overlay, [poly], (226, 212, 190), cv2.LINE_AA, 4)
-        cv2.addWeighted(overlay, 0.62, img, 0.38, 0, dst=img)
-        cv2.polylines(img, [poly], True, (175, 160, 140), max(1, round(1.0 * s)), cv2.LINE_AA, 4)
-        _line(img, centre - np.array([rx, 0]) * 0.2, port, (200, 195, 170), 1.0 * s)
-    elif tool == STAPLER:
-        jl = 22 * s
-        joint = tip - u * jl
-        _shaft(img, port, joint, 9 * s, (55, 58, 62), (120, 120, 130))
-        jaw = np.array([joint + n * 4 * s, tip + n * 4 * s, tip - n * 4 * s, joint - n * 4 * s])
-        cv2.fillConvexPoly(img, np.round(jaw * 16).astype(np.int32), (75, 85, 115), cv2.LINE_AA, 4)
-        _line(img, joint, tip, (140, 150, 180), 1.5 * s)
+    if tool in _DRAW:
+        _DRAW[tool](img, tip, port, u, n, ep, t, s)
     return tip
 
 
@@ -804,6 +867,54 @@ def _check_int(name: str, value, low: int, high: int | None = None) -> int:
     return int(value)
 
 
+def _check_options(**options: int | None) -> dict[str, int | None]:
+    """The generator's size options, checked (ValueError naming the option), in their order."""
+    checked = {
+        "videos": _check_int("videos", options["videos"], 2, 16),
+        "heichole_videos": _check_int("heichole_videos", options["heichole_videos"], 4, 12),
+        "seconds": _check_int("seconds", options["seconds"], 8, 3600),
+        "heichole_seconds": (None if options["heichole_seconds"] is None
+                             else _check_int("heichole_seconds", options["heichole_seconds"], 8, 3600)),
+        "width": _check_int("width", options["width"], 64, 1920),
+        "height": _check_int("height", options["height"], 36, 1080),
+    }
+    if checked["width"] % 2 or checked["height"] % 2:
+        raise ValueError(f"width and height must be even (mp4v drops an odd row or column), "
+                         f"got {checked['width']}x{checked['height']}")
+    checked["split_seed"] = _check_int("split_seed", options["split_seed"], 0)
+    return checked
+
+
+def _frame_counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None]:
+    """`tick(k)`: k more frames written (by any thread); reports every 200 frames and the last."""
+    import threading
+
+    done = [0]
+    lock = threading.Lock()
+
+    def tick(k: int) -> None:
+        with lock:
+            done[0] += k
+            value = done[0]
+        if progress is not None and (value % 200 == 0 or value == total):
+            progress(value, total)
+
+    return tick
+
+
+def _client_counts(plans: list[VideoPlan], results: list[dict]) -> dict[str, dict[str, dict]]:
+    """client -> split -> its videos, labelled frames at 1 fps and frames per tool."""
+    clients: dict[str, dict[str, dict]] = {}
+    for plan, res in zip(plans, results):
+        entry = clients.setdefault(plan.client, {}).setdefault(plan.split, {"videos": [], "frames": 0,
+                                                                          "tool_frames": [0] * N_TOOLS})
+        entry["videos"].append(plan.id)
+        entry["frames"] += res["frames_1fps"]
+        for i in range(N_TOOLS):
+            entry["tool_frames"][i] += res[str(i)]
+    return clients
+
+
 def generate_surgical(
     out: Path | str,
     *,
@@ -836,34 +947,16 @@ def generate_surgical(
     import time
 
     seed = _check_int("seed", seed, 0)
-    videos = _check_int("videos", videos, 2, 16)
-    heichole_videos = _check_int("heichole_videos", heichole_videos, 4, 12)
-    seconds = _check_int("seconds", seconds, 8, 3600)
-    if heichole_seconds is not None:
-        heichole_seconds = _check_int("heichole_seconds", heichole_seconds, 8, 3600)
-    width = _check_int("width", width, 64, 1920)
-    height = _check_int("height", height, 36, 1080)
-    if width % 2 or height % 2:
-        raise ValueError(f"width and height must be even (mp4v drops an odd row or column), got {width}x{height}")
-    split_seed = _check_int("split_seed", split_seed, 0)
+    options = _check_options(videos=videos, heichole_videos=heichole_videos, seconds=seconds,
+                             heichole_seconds=heichole_seconds, width=width, height=height, split_seed=split_seed)
+    videos, heichole_videos, seconds, heichole_seconds, width, height, split_seed = options.values()
     out = Path(out)
     check_output_dir(out, overwrite)
     start_time = time.perf_counter()
     plans = plan_videos(seed=seed, videos=videos, heichole_videos=heichole_videos, seconds=seconds,
                         heichole_seconds=heichole_seconds, split_seed=split_seed)
     total = sum(p.frames for p in plans)
-    done = [0]
-    import threading
-
-    lock = threading.Lock()
-
-    def tick(k: int) -> None:
-        with lock:
-            done[0] += k
-            value = done[0]
-        if progress is not None and (value % 200 == 0 or value == total):
-            progress(value, total)
-
+    tick = _frame_counter(total, progress)
     with atomic_directory(out, overwrite) as tmp:
         cho, hei = tmp / "cholec80", tmp / "heichole"
         for folder in (cho / "videos", cho / "tool_annotations", cho / "phase_annotations", hei / "Videos" / "Full",
@@ -882,16 +975,7 @@ def generate_surgical(
         n_workers = workers if workers is not None else min(2, os.cpu_count() or 1)
         with ThreadPoolExecutor(max_workers=max(1, n_workers), thread_name_prefix="fedcare-synth") as pool:
             results = list(pool.map(one, plans))
-        options = {"videos": videos, "heichole_videos": heichole_videos, "seconds": seconds,
-                   "heichole_seconds": heichole_seconds, "width": width, "height": height, "split_seed": split_seed}
-        clients: dict[str, dict[str, dict]] = {}
-        for plan, res in zip(plans, results):
-            entry = clients.setdefault(plan.client, {}).setdefault(plan.split, {"videos": [], "frames": 0,
-                                                                              "tool_frames": [0] * N_TOOLS})
-            entry["videos"].append(plan.id)
-            entry["frames"] += res["frames_1fps"]
-            for i in range(N_TOOLS):
-                entry["tool_frames"][i] += res[str(i)]
+        clients = _client_counts(plans, results)
         marker = {"generator": GENERATOR, "seed": seed, "options": options, "note": NOTE,
                   "encoder": {"fourcc": FOURCC, **decoder_id()},
                   "clients": {c: {s: {"videos": v["videos"]} for s, v in sp.items()} for c, sp in clients.items()}}

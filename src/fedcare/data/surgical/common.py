@@ -1,6 +1,6 @@
 """What the Cholec80 and HeiChole loaders share: the thesis's 6-tool label space, the video
 record, problems and errors, and the two frame measurements (black side borders, white
-censored frames). The study should import from ``fedcare.data.surgical``, which re-exports
+censored frames). The study should import from ``fedcare.data.surgical.clients``, which re-exports
 everything here.
 
 Black borders
@@ -224,7 +224,10 @@ def is_junk(name: str) -> bool:
 # --------------------------------------------------------------------------- loading videos
 
 
-FATAL_KINDS = frozenset({"missing_annotation", "malformed_annotation", "unreadable_video", "frame_count_mismatch"})
+# a video the annotations list but the copy lacks (deleted, or a link to a device) would drop its frames
+# silently from a client: an error in a run, like every file the layout lists and the loader cannot use
+FATAL_KINDS = frozenset({"missing_annotation", "malformed_annotation", "unreadable_video", "frame_count_mismatch",
+                         "annotation_without_video"})
 
 
 class VideoProblem(Exception):
