@@ -104,7 +104,7 @@ def test_fedhealth2_study_and_client_dp_create_no_tensor_without_their_device(tm
 def surgical_copies(tmp_path_factory) -> tuple[Path, Path]:
     from test_surgical_study import SYNTH
 
-    from fedcare.data.synthetic.surgical import generate_surgical
+    from fedcare.data.surgical.synthetic import generate_surgical
 
     root = tmp_path_factory.mktemp("surgical") / "copies"
     generate_surgical(root, **SYNTH)
@@ -121,7 +121,7 @@ def test_surgical_study_creates_no_tensor_without_its_device(surgical_copies, tm
 def test_facerec_study_creates_no_tensor_without_its_device(tmp_path):
     from test_facerec import small_config
 
-    from fedcare.data.synthetic.celeba import generate_celeba
+    from fedcare.data.celeba.synthetic import generate_celeba
 
     root = tmp_path / "celeba"
     generate_celeba(root, seed=0, identities=16, images_per_identity=12, workers=1)
