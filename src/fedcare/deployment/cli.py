@@ -196,7 +196,7 @@ def supernode(
     preload: Annotated[list[str], typer.Option(help="With --warm: a module the warm process imports at start "
                                                     "(repeatable; default the ClientApp of `fedcare flower run`).")] = [],
     device: Annotated[Optional[str], typer.Option(help="The device this site trains on: auto, cpu, cuda, cuda:N or mps "
-                                                       "(default: the experiment's [runtime] device).")] = None,
+                                                       "(default: the experiment's \\[runtime] device).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
 ) -> None:
     """Site: start a Flower SuperNode for this site."""
