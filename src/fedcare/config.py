@@ -82,8 +82,8 @@ class Runtime(Strict):
     # CUDA only: deterministic kernels (torch.use_deterministic_algorithms, cuBLAS workspace),
     # slower; on the CPU fedcare's arithmetic is deterministic anyway
     deterministic: bool = False
-    # conv nets' weights in channels-last layout (NHWC): up to 1.5x faster fp32 training steps on an
-    # AVX-512 CPU for some models, slower for others (benchmarks/precision.py); other kernels, other rounding
+    # conv nets' weights in channels-last layout (NHWC): fp32 steps 0.81-0.93x as long on an AVX-512
+    # CPU (benchmarks/precision.py); other kernels, so other rounding: opt-in
     channels_last: bool = False
     # Flower's Simulation Engine (`fedcare flower run --federation-config ...`): the GPUs each
     # simulated site reserves in Ray (its client_resources num_gpus; 0.25: four sites per GPU)
