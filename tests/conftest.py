@@ -1,6 +1,8 @@
 from pathlib import Path
 
 import pytest
+
+import fedcare  # noqa: F401  (first: it sets OpenMP's passive wait policy before torch loads)
 import torch
 
 

@@ -230,6 +230,7 @@ def test_a_run_resumed_on_other_arithmetic_says_so(tmp_path, monkeypatch):
     faked) finishes, and its run.log, run.json and report say after which unit its records may
     differ from an uninterrupted run's by rounding."""
     from fedcare.compute import compute_facts
+    from fedcare.device import Compute
 
     interrupted_at_round(monkeypatch, 6, lambda: run_study(fedhealth2_config(), tmp_path / "run"))
     begun = json.loads((tmp_path / "run.partial" / "run.json").read_text())["compute"]
@@ -239,7 +240,8 @@ def test_a_run_resumed_on_other_arithmetic_says_so(tmp_path, monkeypatch):
     run = tmp_path / "run"
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "finished" and info["compute"] == begun  # the start's facts are kept
-    assert info["compute_changes"] == [{"after_units": 5, "compute": other}]
+    # the facts of this process, and the run's device, precision and determinism (fedcare.device.Compute)
+    assert info["compute_changes"] == [{"after_units": 5, "compute": {**other, **Compute().facts()}}]
     assert "resumed after 5 units on other arithmetic" in (run / "run.log").read_text()
     note = next(n for n in info["notes"] if n.startswith("Resumed after 5 finished units on other arithmetic"))
     assert "CPU kernels ANOTHER" in note and f"CPU kernels {begun['cpu_kernels']}" in note

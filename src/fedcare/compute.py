@@ -20,13 +20,17 @@ KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_IS
                    "MKL_ENABLE_INSTRUCTIONS")
 # the facts that change the arithmetic (the processor's name is for people: two models with the
 # same vector instructions usually, not provably, run the same kernels)
-ARITHMETIC = ("torch", "cpu_kernels", "threads", "machine", "kernel_settings")
+ARITHMETIC = ("torch", "cpu_kernels", "threads", "machine", "kernel_settings", "device", "device_name", "precision",
+              "channels_last")
+# what facts recorded before fedcare had a device setting computed on
+DEFAULTS = {"device": "cpu", "precision": "fp32", "deterministic": False, "channels_last": False}
 
 
 def compute_facts() -> dict:
     """This process's torch release, the CPU kernels torch dispatches to, its thread count (as
     set now: call after the run's `runtime.threads` is applied), the processor and its
-    architecture, and the kernel-selecting environment variables that are set."""
+    architecture, and the kernel-selecting environment variables that are set. A run adds its
+    device, precision and determinism (`fedcare.device.Compute.facts`)."""
     import torch  # here: a report, which only describes these facts, needs no torch
 
     return {
@@ -41,14 +45,23 @@ def compute_facts() -> dict:
 
 def same_arithmetic(a: dict, b: dict) -> bool:
     """Whether two `compute_facts` results compute alike (as far as these facts tell)."""
-    return all(a.get(k) == b.get(k) for k in ARITHMETIC)
+    return all(a.get(k, DEFAULTS.get(k)) == b.get(k, DEFAULTS.get(k)) for k in ARITHMETIC)
 
 
 def describe(facts: dict) -> str:
-    """One line for a report: "torch 2.14.1, CPU kernels AVX512, 2 threads, AMD EPYC (x86_64)"."""
+    """One line for a report: "torch 2.14.1, CPU kernels AVX512, 2 threads, AMD EPYC (x86_64)",
+    and the device and precision when they are not the CPU's fp32."""
     settings = facts.get("kernel_settings") or {}
     text = (f"torch {facts.get('torch', '?')}, CPU kernels {facts.get('cpu_kernels', '?')}, "
             f"{facts.get('threads', '?')} threads, {facts.get('processor') or '?'} ({facts.get('machine') or '?'})")
+    device, precision = facts.get("device", "cpu"), facts.get("precision", "fp32")
+    if device != "cpu":
+        text += f", device {device}" + (f" ({facts['device_name']})" if facts.get("device_name") else "")
+        text += ", deterministic" if facts.get("deterministic") else ""
+    if precision != "fp32":
+        text += f", {precision}"
+    if facts.get("channels_last"):
+        text += ", channels-last"
     return text + "".join(f", {k}={v}" for k, v in sorted(settings.items()))
 
 

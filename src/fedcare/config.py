@@ -46,6 +46,9 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"  # [runtime] device, and a SuperNode's --device
+
+
 # The options of local training, one name and one type each across studies: a study's `[train]`
 # subclasses `Train` and declares those it has with these types, at its own defaults.
 LearningRate = Annotated[float, Field(gt=0)]  # `lr`: the clients' local learning rate
@@ -64,7 +67,41 @@ class Train(Strict):
 
 
 class Runtime(Strict):
-    threads: int | None = Field(None, ge=1)  # torch CPU threads; default: torch's choice
+    """`[runtime]`: where and how this process computes (docs/running-at-scale.md). Numbers are
+    bit-identical only on the same device, precision, threads and kernels (`fedcare.compute`)."""
+
+    # torch CPU threads; default: torch's choice; "auto": the cores left free by other work
+    # (cores this process may use - 1-minute load average, at least 1: `fedcare.threads`)
+    threads: int | Literal["auto"] | None = None
+    # "auto": the first of CUDA, Apple's MPS, the CPU that this machine has; "cuda:N" a given GPU.
+    # A Flower site may choose its own (`fedcare flower supernode --device`).
+    device: str = "cpu"
+    # training arithmetic: "fp32", or "bf16"/"fp16" under torch.autocast (fp16 with a gradient
+    # scaler); aggregation and privacy accounting stay in fp32/fp64 on the CPU
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    # CUDA only: deterministic kernels (torch.use_deterministic_algorithms, cuBLAS workspace),
+    # slower; on the CPU fedcare's arithmetic is deterministic anyway
+    deterministic: bool = False
+    # conv nets' weights in channels-last layout (NHWC): up to 1.5x faster fp32 training steps on an
+    # AVX-512 CPU for some models, slower for others (benchmarks/precision.py); other kernels, other rounding
+    channels_last: bool = False
+    # Flower's Simulation Engine (`fedcare flower run --federation-config ...`): the GPUs each
+    # simulated site reserves in Ray (its client_resources num_gpus; 0.25: four sites per GPU)
+    gpus_per_site: float = Field(0.0, ge=0)
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, threads: int | str | None) -> int | str | None:
+        if isinstance(threads, int) and threads < 1:
+            raise ValueError("threads must be at least 1, or \"auto\"")
+        return threads
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str) -> str:
+        if not re.fullmatch(DEVICE_PATTERN, device):
+            raise ValueError(f"device must be \"auto\", \"cpu\", \"cuda\", \"cuda:N\" or \"mps\", got {device!r}")
+        return device
 
 
 class Deployment(Strict):
@@ -191,6 +228,14 @@ class Experiment(Strict):
         if twice:
             raise ValueError(f"{', '.join(twice)} listed more than once (each method runs once per seed)")
         return methods
+
+    @model_validator(mode="after")
+    def _dp_sgd_precision(self) -> "Experiment":
+        if self.privacy is not None and self.privacy.dp_sgd is not None and self.runtime.precision == "fp16":
+            raise ValueError('privacy.dp_sgd: not with runtime.precision = "fp16": its gradient scaler scales the '
+                             "loss, and Opacus's per-example gradients, computed from that scaled backward pass, are "
+                             'not unscaled by it, so clipping would bound the wrong norm; use "bf16" (no scaling) or "fp32"')
+        return self
 
     @model_validator(mode="after")
     def _audit_offered(self) -> "Experiment":

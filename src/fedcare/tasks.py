@@ -129,6 +129,8 @@ class MultilabelTask(Task):
             raise ValueError(f"pos_weight must be 'none', 'client' or a tensor, got {self.pos_weight!r}")
 
     def loss(self, outputs: torch.Tensor, y: torch.Tensor, pos_weight: torch.Tensor | None = None) -> torch.Tensor:
+        if pos_weight is not None:
+            pos_weight = pos_weight.to(outputs.device)  # computed from the labels, on the host
         return F.binary_cross_entropy_with_logits(outputs, y, pos_weight=pos_weight)
 
     def batch_loss(self, data: ClientData) -> BatchLoss:

@@ -117,7 +117,8 @@ class ClientHalf:
         would use, computed here on its own data: only the metrics leave the client. `rng`
         (seed, "evaluate", client) is for evaluations that draw (tuning, sampled pairs)."""
         task = self.settings.task
-        scores, loss = predict(self.load(model, message, state), data, task, self.settings.eval_batch_size)
+        scores, loss = predict(self.load(model, message, state), data, task, self.settings.eval_batch_size,
+                               self.settings.precision)
         return task.metrics(metrics, scores, loss, data)
 
 
@@ -207,7 +208,7 @@ class ServerHalf:
         order = sorted(replies)
         averaged = {}
         for name, old in current.tensors.items():
-            acc = torch.zeros(old.shape, dtype=torch.float64)
+            acc = torch.zeros(old.shape, dtype=torch.float64, device=old.device)  # messages are on the CPU
             for client in order:
                 acc += weights[client] * replies[client].tensors[name].double()
             averaged[name] = acc.round().to(old.dtype) if not old.is_floating_point() else acc.to(old.dtype)

@@ -33,6 +33,7 @@ from fedcare.algorithms.base import NUM_EXAMPLES, Algorithm, ClientHalf, ClientI
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.fedbn import BATCHNORM, FEDBN_SPLIT
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float
+from fedcare.device import device_of
 
 NO_DISTANCE_WEIGHT = 1e14  # the authors' code: w̃ for a zero distance
 
@@ -78,7 +79,7 @@ def input_statistics(model: nn.Module, data: ClientData, statistics: str = "bn",
 
     def hook_for(path: str):
         def hook(_module, inputs):
-            x = inputs[0].double()
+            x = inputs[0].to("cpu", torch.float64)  # summed on the host in fp64 (which MPS lacks)
             channels = x.movedim(1, 0).reshape(x.shape[1], -1)
             s, sq, n = sums.get(path, (0.0, 0.0, 0))
             sums[path] = (s + channels.sum(1), sq + channels.pow(2).sum(1), n + channels.shape[1])
@@ -88,9 +89,10 @@ def input_statistics(model: nn.Module, data: ClientData, statistics: str = "bn",
     handles = [m.register_forward_pre_hook(hook_for(p)) for p, m in _observed_modules(model, statistics).items()]
     was_training = model.training
     model.eval()
+    device = device_of(model)
     try:
         for start in range(0, len(data), batch_size):
-            model(as_float(data.x[start : start + batch_size]))
+            model(as_float(data.x[start : start + batch_size].to(device)))
     finally:
         for h in handles:
             h.remove()
@@ -138,7 +140,7 @@ class FedAPServer(ServerHalf):
             for i, client in enumerate(known):
                 tensors = {}
                 for name, old in current.tensors.items():
-                    acc = torch.zeros(old.shape, dtype=torch.float64)
+                    acc = torch.zeros(old.shape, dtype=torch.float64, device=old.device)  # messages are on the CPU
                     for j, other in enumerate(known):
                         acc += float(weights[i, j]) * replies[other].tensors[name].double()
                     tensors[name] = acc.to(old.dtype) if old.is_floating_point() else acc.round().to(old.dtype)

@@ -37,10 +37,10 @@ def amplitude_mix(x: torch.Tensor, bank: torch.Tensor, p: float, generator: torc
     """Mix each image's amplitude with a random bank entry (probability p), keep its phase."""
     if len(bank) == 0 or p <= 0:
         return x
-    n = len(x)
-    chosen = torch.rand(n, generator=generator) < p
-    lam = torch.rand(n, generator=generator).view(n, *([1] * (x.ndim - 1)))
-    entries = bank[torch.randint(len(bank), (n,), generator=generator)]
+    n, host = len(x), generator.device  # drawn on the generator's device (the CPU): the same draws on every device
+    chosen = (torch.rand(n, generator=generator, device=host) < p).to(x.device)
+    lam = torch.rand(n, generator=generator, device=host).view(n, *([1] * (x.ndim - 1))).to(x.device)
+    entries = bank[torch.randint(len(bank), (n,), generator=generator, device=host)].to(x.device)
     spectrum = torch.fft.fft2(x)
     amplitude = (1 - lam) * spectrum.abs() + lam * entries
     mixed = torch.fft.ifft2(torch.polar(amplitude, spectrum.angle())).real.clamp(0, 1)
@@ -55,7 +55,8 @@ class FedDGClient(ClientHalf):
 
     def setup(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness) -> Message:
         k = min(self.bank_per_client, len(data))
-        pick = torch.randperm(len(data), generator=rng.torch("amplitude-bank"))[:k]
+        generator = rng.torch("amplitude-bank")
+        pick = torch.randperm(len(data), generator=generator, device=generator.device)[:k]
         return Message({AMPLITUDES: amplitude_spectrum(as_float(data.x[pick]))}, {NUM_EXAMPLES: float(len(data))})
 
     def receive_setup(self, message: Message, state: ClientState) -> ClientState:
@@ -63,7 +64,7 @@ class FedDGClient(ClientHalf):
 
     def fit(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness):
         self.load(model, message, state).train()
-        bank = state.get(BANK, torch.zeros(0))
+        bank = state.get(BANK, torch.zeros(0, device="cpu"))
         loss = train_epochs(model, model.parameters(), data, self.settings, generator=rng.torch("fit-order"), round=rng.round,
                             batch_transform=lambda x, g: amplitude_mix(x, bank, self.p, g))
         reply, _ = self.outgoing(model, len(data), loss)
@@ -80,7 +81,7 @@ class FedDGServer(ServerHalf):
         answers = {}
         for client in clients:
             parts = [replies[c].tensors[AMPLITUDES] for c in clients if self.include_own or c != client]
-            bank = torch.cat(parts) if parts else torch.zeros(0)
+            bank = torch.cat(parts) if parts else torch.zeros(0, device="cpu")  # messages are on the CPU
             answers[client] = Message({AMPLITUDES: bank})
         return answers
 

@@ -74,7 +74,7 @@ class FedDynClient(ClientHalf):
         state = super().init_state(model)
         params = dict(model.named_parameters())
         for name in _trainable_shared(model, self.split):
-            state[gradient_key(name)] = torch.zeros_like(params[name].detach())
+            state[gradient_key(name)] = torch.zeros_like(params[name].detach(), device="cpu")  # state rests on the host
         return state
 
     def fit(
@@ -84,7 +84,7 @@ class FedDynClient(ClientHalf):
         names = [n for n in _trainable_shared(model, self.split) if n in message.tensors]  # model order
         pairs = trainable_pairs(model, {n: message.tensors[n] for n in names})  # (θ, θ^{t−1}), same order
         grads = [
-            state[gradient_key(n)].detach().clone().to(p.dtype) if gradient_key(n) in state else torch.zeros_like(prev)
+            state[gradient_key(n)].detach().to(p.device, p.dtype, copy=True) if gradient_key(n) in state else torch.zeros_like(prev)
             for n, (p, prev) in zip(names, pairs)
         ]
         alpha = self.alpha
@@ -103,7 +103,7 @@ class FedDynClient(ClientHalf):
         new_state.update(private)
         with torch.no_grad():
             for name, g, (p, prev) in zip(names, grads, pairs):
-                new_state[gradient_key(name)] = (g - alpha * (p.detach() - prev)).clone()
+                new_state[gradient_key(name)] = (g - alpha * (p.detach() - prev)).to("cpu", copy=True)  # state rests on the host
         return reply, new_state
 
 
@@ -124,7 +124,8 @@ class FedDynServer(ServerHalf):
         message = super().initial_message(model)
         names = [n for n in _trainable_shared(model, self.split) if message.tensors[n].is_floating_point()]
         self.parameter_names = tuple(names)
-        self.h = {n: torch.zeros(message.tensors[n].shape, dtype=torch.float64) for n in names}
+        self.h = {n: torch.zeros(message.tensors[n].shape, dtype=torch.float64, device=message.tensors[n].device)
+                  for n in names}
         return message
 
     def aggregate(self, current: Message, replies: Mapping[ClientId, Message]) -> Message:

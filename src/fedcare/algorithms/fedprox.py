@@ -45,7 +45,7 @@ def trainable_pairs(model: nn.Module, reference: Mapping[str, torch.Tensor]) -> 
     """(parameter, detached copy of its reference value) for every trainable parameter the
     reference holds, in the model's parameter order."""
     return [
-        (p, reference[name].detach().clone().to(p.dtype))
+        (p, reference[name].detach().to(p.device, p.dtype, copy=True))
         for name, p in model.named_parameters()
         if p.requires_grad and name in reference
     ]

@@ -61,6 +61,7 @@ from fedcare.algorithms.base import Algorithm, ClientHalf, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float, train_steps
+from fedcare.device import device_of
 from fedcare.tasks import BatchLoss
 
 DEFAULT_ALPHA = 0.01  # Table 4.5
@@ -98,8 +99,9 @@ def _gradient(
     training); pass copies to leave no trace."""
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
     tensors = {**leaves, **buffers} if buffers is not None else leaves
+    device = device_of(model)  # the meta step runs in fp32 whatever the run's precision
     loss = functional_call(_UnderLoss(model, loss_fn), {f"model.{k}": v for k, v in tensors.items()},
-                           (as_float(batch.x), batch.y))
+                           (as_float(batch.x.to(device)), batch.y.to(device)))
     grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     return [torch.zeros_like(v) if g is None else g.detach() for v, g in zip(leaves.values(), grads)], float(loss.detach())
 
@@ -147,11 +149,11 @@ def sample_step_batches(data: ClientData, batch_size: int, generator: torch.Gene
     if batch_size < 2:
         raise ValueError(f"batch_size must be at least 2 (BatchNorm), got {batch_size}")
     if n >= 3 * batch_size:
-        order = torch.randperm(n, generator=generator)
+        order = torch.randperm(n, generator=generator, device=generator.device)
         blocks = [order[i * batch_size : (i + 1) * batch_size] for i in range(3)]
     else:
         k = min(batch_size, n)
-        blocks = [torch.randperm(n, generator=generator)[:k] for _ in range(3)]
+        blocks = [torch.randperm(n, generator=generator, device=generator.device)[:k] for _ in range(3)]
     return tuple(ClientData(data.x[idx], data.y[idx]) for idx in blocks)  # type: ignore[return-value]
 
 

@@ -54,6 +54,7 @@ from fedcare.algorithms.base import Algorithm, ClientHalf, ClientId, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float
+from fedcare.device import autocast, device_of
 
 LOSS_AT_GLOBAL = "loss_at_global"  # F_k(w^t): the client's training loss at the model it received
 EPSILON = 1e-10  # added to the loss before powers, as the q-FFL code and Flower do
@@ -70,10 +71,11 @@ def loss_at(model: nn.Module, data: ClientData, settings: TrainSettings, batch_s
     was_training = model.training
     model.eval()
     loss_fn = settings.batch_loss(data)
-    total = 0.0
+    total, device = 0.0, device_of(model)
     for i in range(0, len(data), batch_size):
-        x, y = as_float(data.x[i : i + batch_size]), data.y[i : i + batch_size]
-        total += float(loss_fn(model, x, y)) * len(y)
+        x, y = as_float(data.x[i : i + batch_size].to(device)), data.y[i : i + batch_size].to(device)
+        with autocast(device, settings.precision):
+            total += float(loss_fn(model, x, y)) * len(y)
     model.train(was_training)
     return total / len(data) if len(data) else math.nan
 

@@ -62,11 +62,17 @@ class ParameterSplit:
 
     def shared_tensors(self, model: nn.Module) -> dict[str, torch.Tensor]:
         state = model.state_dict()
-        return {k: state[k].detach().clone() for k in self.shared_keys(model)}
+        return {k: host_copy(state[k]) for k in self.shared_keys(model)}
 
     def private_tensors(self, model: nn.Module) -> dict[str, torch.Tensor]:
         state = model.state_dict()
-        return {k: state[k].detach().clone() for k in self.private_keys(model)}
+        return {k: host_copy(state[k]) for k in self.private_keys(model)}
+
+
+def host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy on the CPU, in the standard layout: what leaves a model (a message, a client's
+    state) does not depend on the device or memory format it was computed in."""
+    return tensor.detach().to("cpu", memory_format=torch.contiguous_format, copy=True)
 
 
 SHARE_ALL = ParameterSplit(("",))
@@ -84,7 +90,7 @@ def load_tensors(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
         for k, v in tensors.items():
             if k in getattr(model, "client_sized", ()) and v.shape != state[k].shape:
                 # a tensor sized per client (a local head over the client's own classes): take its shape
-                model.get_parameter(k).data = v.detach().clone().to(state[k].dtype)
+                model.get_parameter(k).data = v.detach().to(state[k].device, state[k].dtype, copy=True)
                 continue
             if v.is_floating_point() and not state[k].is_floating_point():
                 v = v.round()  # an averaged integer buffer (num_batches_tracked) from another runtime: round, not truncate

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from fedcare.client_data import ClientData  # here for the many modules that import it from the training loop
+from fedcare.device import autocast, device_of
 from fedcare.seeding import torch_generator
 from fedcare.tasks import BINARY, BatchLoss, Task
 
@@ -96,6 +97,9 @@ class TrainSettings:
     scheduler: SchedulerFactory | None = None
     gradient_hook: GradientHook | None = None
     eval_batch_size: int = 512  # examples per forward pass when evaluating: bounds its activations' memory
+    # "fp32", or "bf16"/"fp16": forward passes under torch.autocast (fp16 with a gradient scaler);
+    # set from the experiment's [runtime] precision for every algorithm (`fedcare.studies.base`)
+    precision: str = "fp32"
 
     def batch_loss(self, data: ClientData) -> BatchLoss:
         return self.loss(data) if self.loss is not None else self.task.batch_loss(data)
@@ -127,19 +131,32 @@ class _Optimisation:
         self.optimizer = settings.optimizer(list(params), lr)
         self.scheduler = settings.scheduler(self.optimizer, steps, round) if settings.scheduler and steps > 0 else None
         self.loss = settings.batch_loss(data)
+        self.device = device_of(model)  # batches go where the model is; the data stay on the host
+        # fp16's small range: the loss is scaled for backward, the gradients unscaled before the hook and step
+        self.scaler = torch.amp.GradScaler(self.device.type) if settings.precision == "fp16" else None
 
     def step(self, idx: torch.Tensor) -> float:
         """One optimizer step on the examples `idx`; returns the batch's task loss."""
         self.optimizer.zero_grad(set_to_none=True)
-        x = as_float(self.data.x[idx])
+        x = as_float(self.data.x[idx].to(self.device))
         if self.batch_transform is not None:
             x = self.batch_transform(x, self.generator)
-        loss = self.loss(self.model, x, self.data.y[idx])
-        extra = self.penalty() if self.penalty is not None else None
-        (loss if extra is None else loss + extra).backward()
+        with autocast(self.device, self.settings.precision):
+            loss = self.loss(self.model, x, self.data.y[idx].to(self.device))
+            extra = self.penalty() if self.penalty is not None else None
+        total = loss if extra is None else loss + extra
+        if self.scaler is None:
+            total.backward()
+        else:
+            self.scaler.scale(total).backward()
+            self.scaler.unscale_(self.optimizer)
         if self.settings.gradient_hook is not None:
             self.settings.gradient_hook(self.model, len(idx))
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)  # skipped when the scaled gradients overflowed
+            self.scaler.update()
         if self.scheduler is not None:
             self.scheduler.step()
         return loss.item()
@@ -179,7 +196,7 @@ def train_epochs(
                         epochs * batches_per_epoch(n, batch_size), generator, batch_transform, penalty, round)
     last_loss = float("nan")
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)  # drawn per epoch: batch transforms share the generator
+        order = torch.randperm(n, generator=generator, device=generator.device)  # drawn per epoch: batch transforms share the generator
         total, count = 0.0, 0
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
@@ -210,21 +227,27 @@ def train_steps(
     if n < 2:
         raise ValueError(f"training needs at least 2 examples, got {n}")
     run = _Optimisation(model, params, data, settings, settings.lr if lr is None else lr, steps, generator, None, None)
-    order, start, total = torch.randperm(n, generator=generator), 0, 0.0
+    order, start, total = torch.randperm(n, generator=generator, device=generator.device), 0, 0.0
     for _ in range(steps):
         if n - start < 2:
-            order, start = torch.randperm(n, generator=generator), 0
+            order, start = torch.randperm(n, generator=generator, device=generator.device), 0
         total += run.step(order[start : start + batch_size])
         start += batch_size
     return total / steps
 
 
 @torch.no_grad()
-def predict(model: nn.Module, data: ClientData, task: Task, batch_size: int = 512) -> tuple[torch.Tensor, float]:
+def predict(model: nn.Module, data: ClientData, task: Task, batch_size: int = 512,
+            precision: str = "fp32") -> tuple[torch.Tensor, float]:
     """The task's per-example scores (probabilities, or normalised embeddings) and the mean
-    evaluation loss, with the model in inference mode."""
+    evaluation loss, with the model in inference mode; the forward passes run on the model's
+    device (under autocast for bf16/fp16), the scores and loss are computed in fp32 on the CPU."""
     was_training = model.training
     model.eval()
-    outputs = torch.cat([model(as_float(data.x[i : i + batch_size])) for i in range(0, len(data), batch_size)])
+    device = device_of(model)
+    with autocast(device, precision):
+        outputs = torch.cat([model(as_float(data.x[i : i + batch_size].to(device)))
+                             for i in range(0, len(data), batch_size)])
+    outputs = outputs.float().cpu()
     model.train(was_training)
     return task.scores(outputs), task.evaluation_loss(outputs, data.y)

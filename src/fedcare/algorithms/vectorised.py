@@ -24,6 +24,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from fedcare.algorithms.training import SGD, ClientData, TrainSettings, as_float, batches_per_epoch
+from fedcare.device import device_of
 from fedcare.tasks import Task
 
 
@@ -39,6 +40,8 @@ def vectorisable(settings: TrainSettings, model: nn.Module) -> str | None:
         return "a learning-rate schedule"
     if settings.gradient_hook is not None:
         return "a gradient hook (DP-SGD)"
+    if settings.precision != "fp32":
+        return f"precision {settings.precision} (fp32 only)"
     return None
 
 
@@ -46,7 +49,7 @@ def _batches(n: int, batch_size: int, epochs: int, generator: torch.Generator) -
     """The batches `train_epochs` takes, in order: one shuffle per epoch, batches of one skipped."""
     out = []
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
+        order = torch.randperm(n, generator=generator, device=generator.device)
         out += [order[s:s + batch_size] for s in range(0, n, batch_size) if len(order[s:s + batch_size]) >= 2]
     return out
 
@@ -74,14 +77,16 @@ def train_stacked(model: nn.Module, states: Sequence[dict[str, torch.Tensor]], d
     once = {k: states[0][k] for k in common}
     stacked = {k: torch.stack([s[k] for s in states]) for k in states[0] if k not in common}  # [K, ...] per tensor
     plan = [_batches(len(d), settings.batch_size, epochs, g) for d, g in zip(data, generators)]
-    last_epoch = torch.tensor([len(p) - batches_per_epoch(len(d), settings.batch_size) for p, d in zip(plan, data)])
+    host, device = torch.device("cpu"), device_of(model)  # the losses are summed on the host, in fp64
+    last_epoch = torch.tensor([len(p) - batches_per_epoch(len(d), settings.batch_size) for p, d in zip(plan, data)],
+                              device=host)
     k_all, task = len(states), settings.task
     # every client's examples in one padded tensor: a step gathers its batches in one indexing
-    x_all = torch.zeros((k_all, max(len(d) for d in data), *data[0].x.shape[1:]), dtype=data[0].x.dtype)
-    y_all = torch.zeros((k_all, x_all.shape[1], *data[0].y.shape[1:]), dtype=data[0].y.dtype)
+    x_all = torch.zeros((k_all, max(len(d) for d in data), *data[0].x.shape[1:]), dtype=data[0].x.dtype, device=device)
+    y_all = torch.zeros((k_all, x_all.shape[1], *data[0].y.shape[1:]), dtype=data[0].y.dtype, device=device)
     for k, d in enumerate(data):
         x_all[k, :len(d)], y_all[k, :len(d)] = d.x[:], d.y  # [:] cuts images held as items
-    loss_sum, count = torch.zeros(k_all, dtype=torch.float64), torch.zeros(k_all, dtype=torch.float64)
+    loss_sum, count = torch.zeros(k_all, dtype=torch.float64, device=host), torch.zeros(k_all, dtype=torch.float64, device=host)
 
     def loss_of(moving, fixed, x, y):
         return task.loss(functional_call(model, {**moving, **fixed, **once}, (x,)), y)
@@ -93,12 +98,13 @@ def train_stacked(model: nn.Module, states: Sequence[dict[str, torch.Tensor]], d
             if s < len(batches):
                 groups.setdefault(len(batches[s]), []).append(k)
         for size, clients in groups.items():
-            at = torch.tensor(clients)
+            at_host = torch.tensor(clients, device=host)
+            at = at_host.to(device)
             everyone = len(clients) == k_all  # the common case: no gathering of the stacked tensors
             moving = {k: stacked[k] if everyone else stacked[k][at] for k in trainable}
             # BatchNorm updates these in place (when everyone, in `stacked` itself)
             fixed = {k: v if everyone else v[at] for k, v in stacked.items() if k not in trainable}
-            idx = torch.stack([plan[k][s] for k in clients])
+            idx = torch.stack([plan[k][s] for k in clients]).to(device)
             x, y = as_float(x_all[at[:, None], idx]), y_all[at[:, None], idx]
             grads, losses = step(moving, fixed, x, y)
             for k in trainable:  # torch.optim.SGD's update, `add` with alpha: the same rounding as its step
@@ -110,9 +116,9 @@ def train_stacked(model: nn.Module, states: Sequence[dict[str, torch.Tensor]], d
                 for k, v in fixed.items():
                     if k not in names:  # buffers (running statistics); frozen parameters did not move
                         stacked[k][at] = v
-            last = (s >= last_epoch[at]).double()  # the last epoch's batches give the reported loss
-            loss_sum.index_add_(0, at, losses.double() * size * last)
-            count.index_add_(0, at, size * last)
+            last = (s >= last_epoch[at_host]).double()  # the last epoch's batches give the reported loss
+            loss_sum.index_add_(0, at_host, losses.to(host, torch.float64) * size * last)
+            count.index_add_(0, at_host, size * last)
     trained = [{**{k: v[i].clone() for k, v in stacked.items()}, **{k: v.clone() for k, v in once.items()}}
                for i in range(len(states))]
     # as train_epochs: the last epoch's mean loss (0 when it had no batch), NaN without epochs

@@ -27,8 +27,9 @@ import cv2  # noqa: F401
 import torch
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from pydantic import ValidationError
 
-from fedcare.config import ConfigError, Experiment
+from fedcare.config import ConfigError, Experiment, Runtime
 from fedcare.data.common import DataError
 from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, STATE_DIR_KEY, build_client_app
 from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
@@ -38,6 +39,7 @@ from fedcare.studies import registry
 from fedcare.studies.base import Records, Study
 from fedcare.studies.load import parse_config
 from fedcare.studies.run import run_study
+from fedcare.studies.rundir import set_threads
 
 server_app = ServerApp()
 
@@ -77,6 +79,20 @@ def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
     run_study(config, Path(str(rc["out"])), config_file=name, runtime_factory=runtime)
 
 
+DEVICE_KEY = "device"  # node config: the device this site computes on (`fedcare flower supernode --device`)
+
+
+def site_device(config: Experiment, device: object) -> Experiment:
+    """The experiment with a site's own `[runtime] device` (the SuperNode's --device), if it set one."""
+    if not device:
+        return config
+    try:
+        runtime = Runtime.model_validate({**config.runtime.model_dump(), "device": str(device)})
+    except ValidationError as e:
+        raise ConfigError(f"node config {DEVICE_KEY}: {e.errors()[0]['msg']}") from None
+    return config.model_copy(update={"runtime": runtime})
+
+
 _SITES: dict[tuple, tuple[Site, Study]] = {}  # opened sites, while this process lives: data are read once
 
 
@@ -86,12 +102,13 @@ def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Stud
     if "experiment" not in greeting:
         raise SiteError("this site was not greeted with an experiment (start runs with `fedcare flower run`)")
     name = str(greeting.get("name", "experiment.toml"))
+    node, rc = context.node_config, context.run_config
     try:
-        config = parse_config(str(greeting["experiment"]), name)
+        config = site_device(parse_config(str(greeting["experiment"]), name), node.get(DEVICE_KEY))
         study = check_experiment(config, name)
+        study.compute.apply()  # this site's device: a ConfigError here if the machine does not have it
     except (ConfigError, registry.UnknownStudy) as e:
         raise SiteError(str(e)) from None
-    node, rc = context.node_config, context.run_config
     if SITE_KEY in node:
         site = str(node[SITE_KEY])
     elif PARTITION_ID_KEY in node:  # Flower's Simulation Engine: simulated site i is the protocol's client i
@@ -104,8 +121,7 @@ def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Stud
     data_dir = node.get(DATA_DIR_KEY) or rc.get(DATA_DIR_KEY) or getattr(getattr(config, "data", None), "root", None)
     if not data_dir:
         raise SiteError(f"site {site!r}: no data directory: set {DATA_DIR_KEY!r} in the SuperNode's --node-config")
-    if config.runtime.threads:  # torch's float sums depend on the thread count: the server's runs use it too
-        torch.set_num_threads(config.runtime.threads)
+    set_threads(config)  # torch's float sums depend on the thread count: the server's runs use it too
     key = (str(greeting["experiment"]), site, str(data_dir))
     if key not in _SITES:
         try:

@@ -195,6 +195,8 @@ def supernode(
                                             "new flwr-clientapp process per message.")] = True,
     preload: Annotated[list[str], typer.Option(help="With --warm: a module the warm process imports at start "
                                                     "(repeatable; default the ClientApp of `fedcare flower run`).")] = [],
+    device: Annotated[Optional[str], typer.Option(help="The device this site trains on: auto, cpu, cuda, cuda:N or mps "
+                                                       "(default: the experiment's \\[runtime] device).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
 ) -> None:
     """Site: start a Flower SuperNode for this site."""
@@ -207,8 +209,19 @@ def supernode(
     if auth_key is not None and auth_key.is_file() and auth_key.stat().st_mode & 0o077:
         _fail(f"--auth-key {auth_key}: readable by others (mode {auth_key.stat().st_mode & 0o777:o}); "
               f"it is this site's identity: chmod 600 {auth_key}")
-    node_config = " ".join(f'{k}={json.dumps(str(v))}' for k, v in
-                           (("site", site), ("data-dir", data_dir.resolve()), ("state-dir", state_dir.resolve())))
+    settings = [("site", site), ("data-dir", data_dir.resolve()), ("state-dir", state_dir.resolve())]
+    if device is not None:
+        from fedcare.config import DEVICE_PATTERN
+        from fedcare.device import DeviceUnavailable, resolve_device
+
+        if not re.fullmatch(DEVICE_PATTERN, device):
+            _fail(f"--device {device!r}: expected auto, cpu, cuda, cuda:N or mps")
+        try:
+            resolve_device(device)  # this machine has it: fail now, not at the first round
+        except DeviceUnavailable as e:
+            _fail(f"--device: {e}")
+        settings.append(("device", device))
+    node_config = " ".join(f'{k}={json.dumps(str(v))}' for k, v in settings)
     cmd = ["flower-supernode", "--superlink", superlink_address, "--host", "127.0.0.1", "--port", str(port),
            "--node-config", node_config]
     if insecure:
@@ -253,6 +266,14 @@ def clientapps(
     if not 0.01 <= poll_interval <= 60:
         _fail("--poll-interval: between 0.01 and 60 seconds")
     serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval)
+
+
+def with_gpus(federation_config: str, gpus_per_site: float) -> str:
+    """A Simulation Engine's federation config with the experiment's GPU share per simulated
+    site (Ray's client_resources), unless the config already gives one."""
+    if gpus_per_site <= 0 or "client-resources-num-gpus" in federation_config:
+        return federation_config
+    return f"{federation_config} client-resources-num-gpus={gpus_per_site:g}"
 
 
 def app_dir() -> Path:
@@ -304,7 +325,7 @@ def run_command(
         rc_file.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in run_config.items()))
         cmd = ["flwr", "run", str(app), federation, "--run-config", str(rc_file), "--stream"]
         if federation_config:
-            cmd += ["--federation-config", federation_config]
+            cmd += ["--federation-config", with_gpus(federation_config, experiment.runtime.gpus_per_site)]
         console.print(f"starting {config.name} on {federation!r}; run directory {out}")
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -37,7 +37,8 @@ class ArcFaceHead(nn.Module):
 def init_head(classes: int, dim: int = EMBEDDING, generator: torch.Generator | None = None) -> torch.Tensor:
     """Xavier-uniform rows (ArcFace implementations' choice), drawn from `generator`."""
     bound = math.sqrt(6.0 / (classes + dim)) if classes else 0.0
-    return (torch.rand(classes, dim, generator=generator) * 2 - 1) * bound
+    host = generator.device if generator is not None else torch.device("cpu")  # a client's head rests on the host
+    return (torch.rand(classes, dim, generator=generator, device=host) * 2 - 1) * bound
 
 
 class BinaryHead(nn.Module):
@@ -78,7 +79,7 @@ def arcface_logits(embeddings: torch.Tensor, weight: torch.Tensor, y: torch.Tens
     target = F.one_hot(y, cosine.shape[1]).bool()
     logits = scale * torch.where(target, torch.cos(torch.acos(cosine) + margin), cosine)
     if present is not None:
-        logits = logits.masked_fill(~present, float("-inf"))
+        logits = logits.masked_fill(~present.to(logits.device), float("-inf"))
     return logits
 
 
@@ -120,4 +121,4 @@ def moon_contrastive(local: torch.Tensor, global_: torch.Tensor, previous: torch
     """FedFR's Eq. 2.6 (MOON): −log(e^{cos(f, f_glob)/τ} / (e^{cos(f, f_glob)/τ} + e^{cos(f, f_prev)/τ}));
     τ is not reported: MOON's 0.5."""
     logits = torch.stack([F.cosine_similarity(local, global_, dim=1), F.cosine_similarity(local, previous, dim=1)], 1)
-    return F.cross_entropy(logits / tau, torch.zeros(len(local), dtype=torch.long))
+    return F.cross_entropy(logits / tau, torch.zeros(len(local), dtype=torch.long, device=local.device))

@@ -25,6 +25,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from torch import nn
 
 from fedcare.algorithms.training import ClientData, as_float
+from fedcare.device import device_of
 from fedcare.tasks import Task
 
 
@@ -47,7 +48,7 @@ def per_example_losses(model: nn.Module, data: ClientData, task: Task, batch_siz
     model.eval()
     losses = []
     for start in range(0, len(data), batch_size):
-        outputs = model(as_float(data.x[start : start + batch_size]))
+        outputs = model(as_float(data.x[start : start + batch_size].to(device_of(model)))).cpu()
         y = data.y[start : start + batch_size]
         losses += [float(task.loss(outputs[i : i + 1], y[i : i + 1])) for i in range(len(y))]
     model.train(was_training)

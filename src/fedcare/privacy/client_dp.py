@@ -62,7 +62,7 @@ class Ledger:
         return self
 
     def epsilon(self, delta: float) -> float:
-        rows = torch.tensor([[s, 1.0, 1] for s in self.releases], dtype=torch.float64).reshape(-1, 3)
+        rows = torch.tensor([[s, 1.0, 1] for s in self.releases], dtype=torch.float64, device="cpu").reshape(-1, 3)
         return epsilon(rows, delta)
 
 
@@ -112,7 +112,8 @@ class ClientDPServer(ServerHalf):
         averaged = self.inner.aggregate(current, clipped)
         generator = torch_generator(self.seed, "client-dp-noise", release)
         std = sigma * c / m
-        noised = {k: (v + torch.normal(0.0, std, v.shape, generator=generator, dtype=torch.float64).to(v.dtype))
+        noised = {k: (v + torch.normal(0.0, std, v.shape, generator=generator, dtype=torch.float64,
+                                                  device=generator.device).to(v.dtype))
                   if v.is_floating_point() and std > 0 else v for k, v in averaged.tensors.items()}
         self.ledger.releases.append(cfg.noise_multiplier)
         scalars = {**averaged.scalars, CLIPPING_NORM: self.clipping_norm,

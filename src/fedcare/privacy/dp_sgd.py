@@ -75,6 +75,8 @@ class PerExampleClipNoise:
         if missing:
             raise PrivacyError(f"privacy.dp_sgd: no per-example gradient for {missing[:3]}")
         params = [p for _, p in named]
+        for p in params:  # under autocast Opacus computes them in the activations' dtype (bf16): clip in the weights'
+            p.grad_sample = p.grad_sample.to(p.dtype)
         per_example = torch.stack([p.grad_sample.reshape(batch_size, -1).norm(2, dim=1) for p in params], 1)
         norms = per_example.norm(2, dim=1)
         factor = (self.config.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
@@ -83,7 +85,8 @@ class PerExampleClipNoise:
             examples = p.grad_sample.sum(0)
             penalty = p.grad - examples / batch_size  # weight-only terms: no example in it
             clipped = torch.einsum("i,i...->...", factor, p.grad_sample)
-            noise = torch.normal(0.0, std, p.shape, generator=self.generator) if std > 0 else 0.0
+            noise = (torch.normal(0.0, std, p.shape, generator=self.generator, device=self.generator.device).to(p.device)
+                     if std > 0 else 0.0)  # drawn on the host: the same noise on every device
             p.grad = (clipped + noise) / batch_size + penalty
             p.grad_sample = None
         self.steps += 1
@@ -143,11 +146,12 @@ class DPSGDClient(DelegatingClient):
                 grad_sample.cleanup()
 
     def _ledger(self, state: ClientState, n: int) -> torch.Tensor:
-        old = state.get(LEDGER, torch.zeros(0, 3, dtype=torch.float64))
+        old = state.get(LEDGER, torch.zeros(0, 3, dtype=torch.float64, device="cpu"))
         if self.hook.steps == 0:
             return old
         row = torch.tensor([[self.config.noise_multiplier, min(1.0, self.hook.batch_size / n), self.hook.steps]],
-                           dtype=torch.float64)
+                           dtype=torch.float64, device="cpu")
         if len(old) and torch.equal(old[-1, :2], row[0, :2]):  # same sigma and rate: one row
-            return torch.cat([old[:-1], old[-1:] + torch.tensor([[0.0, 0.0, self.hook.steps]], dtype=torch.float64)])
+            return torch.cat([old[:-1], old[-1:] + torch.tensor([[0.0, 0.0, self.hook.steps]], dtype=torch.float64,
+                                                                 device="cpu")])
         return torch.cat([old, row])

@@ -157,14 +157,14 @@ class SecureAggClient(DelegatingClient):
         b_shares = create_shares(_bytes(state[SECRET + "b"]), t, m)
         s_shares = create_shares(_bytes(state[SECRET + "s_sk"]), t, m)
         c_sk = X25519PrivateKey.from_private_bytes(_bytes(state[SECRET + "c_sk"]))
-        sealed = torch.zeros(m, SEALED_BYTES, dtype=torch.uint8)
+        sealed = torch.zeros(m, SEALED_BYTES, dtype=torch.uint8, device="cpu")
         for holder in range(m):
             key = _agree(c_sk, _bytes(c_pk[holder]), b"seal")
             nonce = secrets.token_bytes(12)
             box = ChaCha20Poly1305(key).encrypt(nonce, b_shares[holder] + s_shares[holder], _aad(me, holder))
             sealed[holder] = _tensor(nonce + box)
         kept = {SECRET + "c_pk": c_pk.clone(), SECRET + "s_pk": s_pk.clone(),
-                SECRET + "me": torch.tensor(me), SECRET + "threshold": torch.tensor(t)}
+                SECRET + "me": torch.tensor(me, device="cpu"), SECRET + "threshold": torch.tensor(t, device="cpu")}
         return Message({"sealed": sealed}), {**state, **kept}
 
     def fit(self, model, message, state, data, rng):
@@ -208,7 +208,7 @@ class SecureAggClient(DelegatingClient):
         """The shares the other clients sealed for this one, opened (the AEAD checks them)."""
         me, c_pk = int(secret[SECRET + "me"]), secret[SECRET + "c_pk"]
         c_sk = X25519PrivateKey.from_private_bytes(_bytes(secret[SECRET + "c_sk"]))
-        held = torch.zeros(len(alive), 2 * SHARE_BYTES, dtype=torch.uint8)
+        held = torch.zeros(len(alive), 2 * SHARE_BYTES, dtype=torch.uint8, device="cpu")
         for sender in range(len(alive)):
             if alive[sender]:
                 blob = _bytes(inbox[sender])
@@ -262,18 +262,19 @@ class SecureAggregation:
         s_pk = torch.stack([keys[c].tensors["s_pk"] for c in members])
         shares = clients.exchange(SHARES, rnd, {c: Message({"c_pk": c_pk, "s_pk": s_pk}, {"me": i, "threshold": t})
                                                 for i, c in enumerate(members)})
-        alive = torch.tensor([c in shares for c in members], dtype=torch.uint8)
+        alive = torch.tensor([c in shares for c in members], dtype=torch.uint8, device="cpu")
         _check_left("after the shares", int(alive.sum()), t)
         fit_work = {}
         for i, c in enumerate(members):
             if alive[i]:
-                inbox = torch.stack([shares[s].tensors["sealed"][i] if alive[k] else torch.zeros(SEALED_BYTES, dtype=torch.uint8)
+                inbox = torch.stack([shares[s].tensors["sealed"][i] if alive[k]
+                                     else torch.zeros(SEALED_BYTES, dtype=torch.uint8, device="cpu")
                                      for k, s in enumerate(members)])
                 message, data = work[c]
                 fit_work[c] = (Message({**message.tensors, WIRE + "inbox": inbox, WIRE + "alive": alive},
                                        {**message.scalars, WIRE + "weighted": float(weighting == "examples")}), data)
         masked = clients.fit(phase, rnd, fit_work)
-        survivors = torch.tensor([bool(alive[i]) and c in masked for i, c in enumerate(members)])
+        survivors = torch.tensor([bool(alive[i]) and c in masked for i, c in enumerate(members)], device="cpu")
         _check_left("after masking", int(survivors.sum()), t)
         revealed = clients.exchange(REVEAL, rnd, {c: Message({"survivors": survivors.to(torch.uint8)})
                                                   for i, c in enumerate(members) if survivors[i]})
@@ -339,7 +340,7 @@ def secure_sum(vectors: Mapping[int, np.ndarray], threshold: int, drop_after_mas
         reply, states[c] = clients._shares(Message({"c_pk": c_pk, "s_pk": s_pk}, {"me": i, "threshold": threshold}),
                                            states[c])
         sealed[c] = reply.tensors["sealed"]
-    alive = torch.ones(len(members), dtype=torch.uint8)
+    alive = torch.ones(len(members), dtype=torch.uint8, device="cpu")
     received = {}
     for i, c in enumerate(members):
         secret = SecureAggClient._split(states[c])[1]
@@ -347,7 +348,7 @@ def secure_sum(vectors: Mapping[int, np.ndarray], threshold: int, drop_after_mas
                                                                  alive)}
         if c not in drop_after_masking:
             received[c] = SecureAggClient._mask(np.asarray(vectors[c], dtype=np.float64), secret, alive)
-    survivors = torch.tensor([c in received for c in members])
+    survivors = torch.tensor([c in received for c in members], device="cpu")
     _check_left("after masking", int(survivors.sum()), threshold)
     revealed = {c: clients._reveal(Message({"survivors": survivors.to(torch.uint8)}), states[c])[0]
                 for c in members if c in received}

@@ -28,6 +28,7 @@ from fedcare.algorithms.messages import Message
 from fedcare.algorithms.split import load_tensors
 from fedcare.algorithms.training import ClientData, Randomness, as_float
 from fedcare.algorithms.vectorised import train_stacked, vectorisable
+from fedcare.device import device_of
 from fedcare.runtime.clients import DataResolver, LocalClients, Work
 
 
@@ -63,8 +64,8 @@ def features_of(features: nn.Module, data: list[ClientData], batch_size: int) ->
     """Each client's examples through the frozen `features` (in inference mode), in batches of
     `batch_size` across clients (the settings' evaluation batch: it bounds the activations'
     memory); the labels kept."""
-    everyone = ClientData.concat(data)
-    z = torch.cat([features(as_float(everyone.x[i:i + batch_size])) for i in range(0, len(everyone), batch_size)])
+    everyone, device = ClientData.concat(data), device_of(features)
+    z = torch.cat([features(as_float(everyone.x[i:i + batch_size].to(device))) for i in range(0, len(everyone), batch_size)])
     return [ClientData(part, d.y) for part, d in zip(z.split([len(d) for d in data]), data)]
 
 

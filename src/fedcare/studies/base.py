@@ -20,15 +20,18 @@ import functools
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+import torch
 from torch import nn
 
 from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.training import ClientData
-from fedcare.config import Experiment
+from fedcare.config import ConfigError, Experiment
+from fedcare.device import Compute, DeviceUnavailable
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.sites import Site, SiteError
@@ -72,6 +75,15 @@ class Study(ABC):
 
     def __init__(self, config: Experiment):
         self.config = config
+
+    @functools.cached_property
+    def compute(self) -> Compute:
+        """The experiment's `[runtime]` device (resolved on this machine), precision and
+        determinism: where this process builds its models and how its clients train."""
+        try:
+            return Compute.of(self.config.runtime)
+        except DeviceUnavailable as e:
+            raise ConfigError(f"runtime.device: {e}") from None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Every study's model and algorithms go through the privacy layer (`[privacy]`), so a
@@ -177,7 +189,9 @@ def _with_private_model(new_model: Callable[..., nn.Module]) -> Callable[..., nn
     def wrapped(self: Study, *args: Any, **kwargs: Any) -> nn.Module:  # a study's own arguments (facerec: classes)
         from fedcare.privacy import private_model
 
-        return private_model(new_model(self, *args, **kwargs), self.config.privacy)
+        with torch.device("cpu"):  # built on the host, then moved: the same initial weights on every device
+            model = private_model(new_model(self, *args, **kwargs), self.config.privacy)
+        return self.compute.place(model)
 
     return wrapped
 
@@ -187,7 +201,10 @@ def _with_private_algorithm(algorithm: Callable[[Study, str], Algorithm]) -> Cal
     def wrapped(self: Study, name: str) -> Algorithm:
         from fedcare.privacy import private_algorithm
 
-        return private_algorithm(algorithm(self, name), self.config.privacy)
+        algo = private_algorithm(algorithm(self, name), self.config.privacy)
+        if self.compute.precision != algo.client.settings.precision:  # reaches the half that trains (DelegatingClient)
+            algo.client.settings = replace(algo.client.settings, precision=self.compute.precision)
+        return algo
 
     return wrapped
 

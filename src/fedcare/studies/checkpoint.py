@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from fedcare.device import to_host
 from fedcare.files import atomic_write_bytes
 from fedcare.studies.rundir import RecordsWriter, log, update_run_info
 
@@ -65,8 +66,9 @@ class Checkpoint:
         path = Path(run_dir) / CHECKPOINT_FILE
         if not path.is_file():
             return None
-        # our own file (tensors, and server halves' state objects): not weights only
-        return torch.load(path, weights_only=False)
+        # our own file (tensors, and server halves' state objects): not weights only; on the CPU,
+        # whatever device wrote it (a run begun on a GPU continues on a machine without one)
+        return torch.load(path, map_location="cpu", weights_only=False)
 
     def finished(self, *key: Hashable) -> bool:
         return unit_key(key) in self._done
@@ -89,7 +91,7 @@ class Checkpoint:
             if value is None:
                 self._state.pop(name, None)
             else:
-                self._state[name] = value() if callable(value) else value
+                self._state[name] = to_host(value() if callable(value) else value)  # device-free
         offset = self.records.sync()
         buffer = io.BytesIO()
         torch.save({"units": self.finished_units, "state": self._state, "offset": offset}, buffer)

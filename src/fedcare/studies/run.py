@@ -88,7 +88,8 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
     try:
         resumed = saved is not None
         set_threads(config)
-        compute = compute_facts()
+        study.compute.apply()  # an unavailable device stops the run here (a ConfigError naming runtime.device)
+        compute = {**compute_facts(), **study.compute.facts()}
         if resumed:
             info = read_run_info(partial)[0]
             started = info.get("started", now())
@@ -123,7 +124,8 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         seconds = time.perf_counter() - t0
         records.sync()
         update_run_info(partial, **protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
-                        notes=runtime.notes() + protocol.notes() + _compute_notes(begun, changes),
+                        notes=runtime.notes() + protocol.notes() + _compute_notes(begun, changes)
+                        + _reproducibility_notes(study),
                         status="finished",
                         progress={"units_done": protocol.units_done, "units_total": protocol.units_total},
                         **runtime.facts())
@@ -143,6 +145,12 @@ def _compute_notes(begun: dict | None, changes: list[dict]) -> list[str]:
     return [f"Resumed after {c.get('after_units', '?')} finished units on other arithmetic ({describe(c['compute'])}; "
             f"begun on {describe(begun)}): the records after that may differ from an uninterrupted run's by float "
             f"rounding." for c in changes if isinstance(begun, dict)]
+
+
+def _reproducibility_notes(study: Study) -> list[str]:
+    """The report's note when a rerun of this run may not give the same numbers bit for bit."""
+    why = study.compute.reproducible()
+    return [f"Not bit-reproducible: {why}."] if why else []
 
 
 def _pid() -> int:

@@ -38,6 +38,7 @@ from fedcare.runfiles import (  # noqa: F401 (the file names and readers, import
     read_run_info,
     read_run_records,
 )
+from fedcare.threads import auto_threads
 
 LOCK_FILE = ".lock"  # held by the process running in a partial directory
 PARTIAL = ".partial"
@@ -234,9 +235,14 @@ class RecordsWriter:
 
 # -- run.json and run.log --------------------------------------------------------------------
 def set_threads(config) -> None:
-    """torch's CPU threads as the experiment says (float sums depend on the thread count)."""
-    if config.runtime.threads:
-        torch.set_num_threads(config.runtime.threads)
+    """torch's CPU threads as the experiment says (float sums depend on the thread count):
+    a number, "auto" (the cores left free now: `fedcare.threads.auto_threads`), or torch's
+    choice when not given."""
+    threads = config.runtime.threads
+    if threads == "auto":
+        threads = auto_threads()
+    if threads:
+        torch.set_num_threads(threads)
 
 
 def update_run_info(folder: Path, **facts: Any) -> dict:

@@ -82,7 +82,9 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         context.state[GREETING] = ConfigRecord({"json": json.dumps(greeting)})
         site = open_node(opened, context).site
         answer = {"client": site.client, "site": _site_name(context, site), "summary": site.summary(),
-                  "synthetic": bool(site.synthetic), "compute": compute_facts()}  # threads as the experiment set them
+                  "synthetic": bool(site.synthetic),
+                  # threads as the experiment set them; the device and precision this site computes in
+                  "compute": {**compute_facts(), **(opened[1].compute.facts() if hasattr(opened[1], "compute") else {})}}
         return Message(RecordDict({HELLO: ConfigRecord({"json": json.dumps(answer)})}), reply_to=msg)
 
     @app.train()

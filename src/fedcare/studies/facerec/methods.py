@@ -59,7 +59,7 @@ def loss_factory(config: FacerecExperiment):
         classes = getattr(data, "classes", 0)
         present = None
         if classes:
-            present = torch.zeros(classes, dtype=torch.bool)
+            present = torch.zeros(classes, dtype=torch.bool, device="cpu")  # from the labels, on the host
             present[data.y.unique()] = True
             if bool(present.all()):
                 present = None  # a local head: every class is the client's

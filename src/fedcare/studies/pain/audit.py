@@ -149,7 +149,7 @@ class PainMembershipAudit:
         params = [p for name, p in model.named_parameters() if name in private]
         t = self.protocol.config.train
         settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=self.options.server_epochs,
-                                 task=BINARY)
+                                 task=BINARY, precision=self.protocol.study.compute.precision)
         model.train()
         train_epochs(model, params, data, settings, generator=torch_generator(seed, "membership-audit", "server"))
         load_tensors(model, shared)  # shared BatchNorm statistics moved in train mode: back to what was sent

@@ -72,8 +72,8 @@ class PersistentAdamWClient(ClientHalf):
             opt = self.settings.optimizer(ps, lr)
             for i, p in enumerate(ps):
                 saved = {k[len(f"{MOMENTS}{i}/"):]: v for k, v in state.items() if k.startswith(f"{MOMENTS}{i}/")}
-                if saved:
-                    opt.state[p] = {k: v.clone() for k, v in saved.items()}
+                if saved:  # the moments on the parameter's device; torch keeps AdamW's step count on the CPU
+                    opt.state[p] = {k: v.clone() if k == "step" else v.to(p.device, copy=True) for k, v in saved.items()}
             made.append(opt)
             return opt
 
@@ -86,7 +86,7 @@ class PersistentAdamWClient(ClientHalf):
             for i, p in enumerate(params):
                 for name, value in opt.state.get(p, {}).items():
                     if isinstance(value, torch.Tensor):
-                        new_state[f"{MOMENTS}{i}/{name}"] = value.detach().clone()
+                        new_state[f"{MOMENTS}{i}/{name}"] = value.detach().to("cpu", copy=True)  # state rests on the host
         return reply, new_state
 
 
