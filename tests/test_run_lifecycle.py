@@ -4,6 +4,8 @@ traceback) for bad input."""
 
 import errno
 import json
+
+import fedcare
 import math
 import os
 import signal
@@ -434,3 +436,24 @@ def test_summary_strict_fails_where_a_run_would_refuse_the_copy(cohort, tmp_path
     result = CliRunner().invoke(app, ["data", "summary", "unbc", str(root), "--strict", "--no-check-images"])
     assert result.exit_code == 1 and "problem(s) that a run refuses (label_without_image)" in result.output
     assert CliRunner().invoke(app, ["data", "summary", "unbc", str(root), "--no-check-images"]).exit_code == 0
+
+
+def test_resume_refuses_an_edited_config_and_notes_another_version(tmp_path, monkeypatch):
+    """Editing config.toml inside a .partial and resuming mixed two experiments silently; a
+    resume under another fedcare version overwrote the version silently."""
+    interrupted_at_round(monkeypatch, 6, lambda: run_study(fedhealth2_config(), tmp_path / "run"))
+    partial = tmp_path / "run.partial"
+    info = json.loads((partial / "run.json").read_text())
+    assert len(info["config_sha256"]) == 64 and info["fedcare_version"] == fedcare.__version__
+    original = (partial / "config.toml").read_text()
+    (partial / "config.toml").write_text(original.replace("rounds = 3", "rounds = 2"))
+    with pytest.raises(ValueError, match=r"config.toml: changed since the run started"):
+        resume_study(partial)
+    (partial / "config.toml").write_text(original)
+    monkeypatch.setattr(run_module, "__version__", "9.9.9")  # the code resuming it is another release
+    resume_study(partial)
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["fedcare_version"] == fedcare.__version__  # the version it began with stays
+    assert info["version_changes"] == [{"after_units": 5, "fedcare_version": "9.9.9"}]
+    assert "under fedcare 9.9.9 (begun under" in (tmp_path / "run" / "run.log").read_text()
+    assert any(n.startswith("Resumed after 5 finished units under fedcare 9.9.9") for n in info["notes"])

@@ -74,7 +74,7 @@ def _duration(started: Any, finished: Any) -> str | None:
 
 # missed operations (Flower runs) and a resume on other arithmetic are told in the notes;
 # the run directory's own name is the table's first row
-NOT_FACTS = {"title", "synthetic", "notes", "missed", "compute_changes", "run_dir"}
+NOT_FACTS = {"title", "synthetic", "notes", "missed", "compute_changes", "version_changes", "run_dir"}
 # labels of run.json keys every study writes (a study's known_facts put its own first)
 FACT_LABELS = {
     "study": "Study", "config_file": "Config file", "seeds": "Seeds", "methods": "Methods", "status": "Status",

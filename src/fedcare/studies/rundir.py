@@ -248,7 +248,8 @@ def set_threads(config) -> None:
 def update_run_info(folder: Path, **facts: Any) -> dict:
     """Merge `facts` into the run.json of `folder` (written atomically); returns the new content."""
     info, _ = read_run_info(folder)
-    info.update({"fedcare_version": __version__, **facts})
+    info.setdefault("fedcare_version", __version__)  # the version the run began with (a resume notes its own)
+    info.update(facts)
     atomic_write_text(Path(folder) / RUN_FILE, json.dumps(_json_safe(info), indent=2))
     return info
 
