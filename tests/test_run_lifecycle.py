@@ -4,8 +4,6 @@ traceback) for bad input."""
 
 import errno
 import json
-
-import fedcare
 import math
 import os
 import signal
@@ -17,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+import fedcare
 
 from fedcare.cli import app
 from fedcare.config import ConfigError, to_toml
