@@ -285,6 +285,12 @@ def test_the_report_of_an_interrupted_run_says_incomplete_and_keeps_the_syntheti
     page = build_report(partial).read_text()
     assert "INCOMPLETE: 1 of 3 units" in page and "SYNTHETIC DATA" in page
     assert json.loads((partial / "run.json").read_text())["synthetic"] is True
+    # `fedcare report X.partial`: the printed summary and every Markdown table say it too
+    result = CliRunner().invoke(app, ["report", str(partial)])
+    assert result.exit_code == 0 and result.output.startswith("**INCOMPLETE: 1 of 3 units (the run interrupted)")
+    tables = sorted((partial / "tables").glob("*.md"))
+    assert tables and all(t.read_text().startswith("**INCOMPLETE: 1 of 3 units") for t in tables)
+    assert all(t.read_text().count("INCOMPLETE") == 1 for t in tables)  # rebuilt, not stacked
 
 
 # -- 6 and 7. config ranges -------------------------------------------------------------------

@@ -226,11 +226,23 @@ def build_report(run_dir: Path) -> Path:
     when run.json does not say) from its metrics.jsonl; returns report.html's path. An
     unfinished run's report says so at the top."""
     from fedcare.privacy.report import privacy_notes
+    from fedcare.report.html import incomplete_text
 
     study, run_info, notes = study_of_run(run_dir)
-    return study.build_report(Path(run_dir), run_info, notes + privacy_notes(run_dir))
+    page = study.build_report(Path(run_dir), run_info, notes + privacy_notes(run_dir))
+    banner = incomplete_text(run_info)
+    if banner:  # the tables say it too, as report.html does
+        for table in sorted((Path(run_dir) / "tables").glob("*.md")):
+            atomic_write_text(table, f"**{banner}**\n\n{table.read_text()}")
+    return page
 
 
 def summary_markdown(run_dir: Path) -> str:
-    """The summary table of a run directory, in Markdown."""
-    return study_of_run(run_dir)[0].summary_markdown(Path(run_dir))
+    """The summary table of a run directory, in Markdown (under the INCOMPLETE line when the
+    run did not finish)."""
+    from fedcare.report.html import incomplete_text  # the report stack: not in a site's process
+
+    study, run_info, _ = study_of_run(run_dir)
+    banner = incomplete_text(run_info)
+    summary = study.summary_markdown(Path(run_dir))
+    return f"**{banner}**\n\n{summary}" if banner else summary
