@@ -180,6 +180,7 @@ def test_a_sigkilled_run_resumes_to_byte_identical_records(cohort, reference, tm
     assert (out / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
     assert json.loads((out / "run.json").read_text())["status"] == "finished"
     assert "| FP(N) |" in stdout and not partial.exists()
+    assert not (out / CHECKPOINT_FILE).exists() and not (out / ".lock").exists()  # only what continuing needed
     assert "resumed pain run" in (out / "run.log").read_text()
 
 

@@ -24,9 +24,9 @@ import torch
 
 from fedcare.device import to_host
 from fedcare.files import atomic_write_bytes
-from fedcare.studies.rundir import RecordsWriter, log, update_run_info
+from fedcare.studies.rundir import RESUME_STATE_FILE, RecordsWriter, log, update_run_info
 
-CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_FILE = RESUME_STATE_FILE
 
 
 def unit_key(key: tuple) -> tuple:
