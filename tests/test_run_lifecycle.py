@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 import fedcare
@@ -464,3 +465,30 @@ def test_resume_refuses_an_edited_config_and_notes_another_version(tmp_path, mon
     assert info["version_changes"] == [{"after_units": 5, "fedcare_version": "9.9.9"}]
     assert "under fedcare 9.9.9 (begun under" in (tmp_path / "run" / "run.log").read_text()
     assert any(n.startswith("Resumed after 5 finished units under fedcare 9.9.9") for n in info["notes"])
+
+
+def test_resume_never_runs_code_from_a_checkpoint_and_names_a_damaged_one(tmp_path, monkeypatch):
+    """`fedcare resume` unpickled checkpoint.pt with weights_only=False: a crafted one (a pickle
+    whose __reduce__ calls os.system) ran its command. Run directories are shared and copied."""
+    import io
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    interrupted_at_round(monkeypatch, 6, lambda: run_study(fedhealth2_config(), tmp_path / "run"))
+    partial = tmp_path / "run.partial"
+    honest = (partial / CHECKPOINT_FILE).read_bytes()
+    buffer = io.BytesIO()
+    torch.save({"units": [], "state": {"x": Payload()}, "offset": 0}, buffer, pickle_module=pickle)
+    (partial / CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    result = CliRunner().invoke(app, ["resume", str(partial)])
+    assert result.exit_code == 2 and "refused: it names something other than tensors" in result.output
+    assert not (tmp_path / "pwned").exists() and "Traceback" not in result.output
+    (partial / CHECKPOINT_FILE).write_bytes(honest[: len(honest) // 2])  # truncated
+    result = CliRunner().invoke(app, ["resume", str(partial)])
+    assert result.exit_code == 2 and "damaged, cannot be read" in result.output and "Traceback" not in result.output
+    (partial / CHECKPOINT_FILE).write_bytes(honest)
+    resume_study(partial)  # fedcare's own checkpoint still resumes (weights only, its classes allowed)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
