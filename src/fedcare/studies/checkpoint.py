@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 import zipfile
 from collections.abc import Hashable
 from pathlib import Path
@@ -41,7 +42,8 @@ def state_classes() -> list[type]:
     whole: FedAP's statistics, FedDyn's h, server optimizer moments, ...), the messages and
     parameter splits they hold, and the module types a split names."""
     import fedcare.algorithms.catalogue  # noqa: F401  (imports every algorithm's module)
-    import fedcare.privacy.client_dp  # noqa: F401  (its server half wraps any algorithm's)
+    from fedcare.config import ClientDP
+    from fedcare.privacy.client_dp import Ledger  # its server half wraps any algorithm's, with its settings
     from fedcare.algorithms.base import ServerHalf
     from fedcare.algorithms.fedbn import FEDBN_SPLIT
     from fedcare.algorithms.messages import Message
@@ -54,7 +56,7 @@ def state_classes() -> list[type]:
             classes.add(cls)
             todo += cls.__subclasses__()
     return [*sorted(classes, key=lambda c: c.__qualname__), Message, ParameterSplit, *FEDBN_SPLIT.private_types,
-            set, frozenset]
+            ClientDP, Ledger, set, frozenset]
 
 
 def _first_line(e: BaseException) -> str:
@@ -100,8 +102,10 @@ class Checkpoint:
             with torch.serialization.safe_globals(state_classes()):
                 saved = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
-            raise ValueError(f"{path}: refused: it names something other than tensors and fedcare's own state "
-                             f"({_first_line(e)}); a checkpoint fedcare wrote never does") from None
+            named = re.search(r"GLOBAL ([\w.]+)", str(e))
+            raise ValueError(f"{path}: refused: it names {named.group(1) if named else 'something'}, not tensors or "
+                             "fedcare's own state (loading it could run code); a checkpoint fedcare wrote never "
+                             "does") from None
         except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, KeyError) as e:
             raise ValueError(f"{path}: damaged, cannot be read ({_first_line(e)}); the run cannot be resumed "
                              "from it") from None
