@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
 import tomllib
 import types
@@ -94,6 +95,10 @@ class Runtime(Strict):
     def _threads(cls, threads: int | str | None) -> int | str | None:
         if isinstance(threads, int) and threads < 1:
             raise ValueError("threads must be at least 1, or \"auto\"")
+        cores = os.cpu_count() or 1
+        if isinstance(threads, int) and threads > cores:  # 100000 crashed OpenMP (a segfault)
+            raise ValueError(f"threads = {threads} is more than this machine's {cores} cores (more threads than "
+                             "cores only slows torch down); give at most that, or \"auto\"")
         return threads
 
     @field_validator("device")
