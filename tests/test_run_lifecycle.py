@@ -6,6 +6,7 @@ import errno
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -505,3 +506,22 @@ def test_a_protected_run_resumes_from_its_weights_only_checkpoint(tmp_path, monk
     interrupted_at_round(monkeypatch, 3, lambda: run_study(config, tmp_path / "run"))
     resume_study(tmp_path / "run.partial")
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("setting", ["train.lr=1e30", "privacy.dp_sgd.max_grad_norm=inf"])
+def test_training_that_diverges_stops_the_run_instead_of_reporting_a_result(tmp_path, setting):
+    """`lr=1e30` or DP-SGD without clipping gave every loss null and a report with "ACC 8.3%"."""
+    config = write_config(tmp_path / "exp.toml", fedhealth2_config())
+    extra = ["--set", "privacy.dp_sgd.noise_multiplier=1.0"] if "dp_sgd" in setting else []
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run"), "--set", setting, *extra])
+    assert result.exit_code == 2, result.output
+    assert re.search(r"training diverged: a batch's loss is (nan|inf)", " ".join(result.output.split()))
+    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
+
+
+def test_dp_sgd_with_vanishing_noise_reports_no_guarantee():
+    from fedcare.privacy.dp_sgd import epsilon
+
+    assert epsilon(torch.tensor([[1e-300, 0.1, 100.0]]), 1e-5) == math.inf
+    assert epsilon(torch.tensor([[0.0, 0.1, 100.0]]), 1e-5) == math.inf
+    assert 0 < epsilon(torch.tensor([[1.0, 0.1, 100.0]]), 1e-5) < math.inf
