@@ -525,3 +525,17 @@ def test_dp_sgd_with_vanishing_noise_reports_no_guarantee():
     assert epsilon(torch.tensor([[1e-300, 0.1, 100.0]]), 1e-5) == math.inf
     assert epsilon(torch.tensor([[0.0, 0.1, 100.0]]), 1e-5) == math.inf
     assert 0 < epsilon(torch.tensor([[1.0, 0.1, 100.0]]), 1e-5) < math.inf
+
+
+def test_secure_aggregation_with_one_client_in_a_round_is_one_clear_line(tmp_path, monkeypatch):
+    """It was a SecAggError traceback (exit 1, as for a bug)."""
+    from fedcare.privacy.secagg import SecAggError
+
+    def one_client(*args, **kwargs):
+        raise SecAggError("secure aggregation needs at least 2 clients in a round; round 1 has 1")
+
+    monkeypatch.setattr(run_module, "run_study", one_client)
+    config = write_config(tmp_path / "exp.toml", fedhealth2_config())
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "needs at least 2 clients in a round" in result.output
+    assert "Traceback" not in result.output

@@ -63,7 +63,7 @@ WIRE = "secagg/"  # message entries of the protocol (in the fit message, besides
 SECRET = "extra/secagg/"  # the client's secrets for the current round, in its private state
 
 
-class SecAggError(RuntimeError):
+class SecAggError(ValueError):
     """A round that cannot be unmasked (fewer clients left than the threshold), or a message
     the protocol does not accept."""
 
