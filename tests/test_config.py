@@ -192,3 +192,13 @@ def test_a_relative_data_root_is_stored_resolved(tmp_path, monkeypatch):
     config = load_config("exp.toml")
     assert config.data.root == tmp_path / "unbc" and config.data.root.is_absolute()
     assert f'root = "{tmp_path / "unbc"}"' in to_toml(config)
+
+
+def test_more_threads_than_cores_is_refused(tmp_path):
+    """`runtime.threads=100000` segfaulted (exit 139) and left run.json saying "running"."""
+    import os
+
+    with pytest.raises(ConfigError, match=rf"--set runtime.threads=100000: runtime.threads: Value error, threads = "
+                                          rf"100000 is more than this machine's {os.cpu_count()} cores"):
+        load_config(_write(tmp_path, MINIMAL), ["runtime.threads=100000"])
+    assert load_config(_write(tmp_path, MINIMAL), [f"runtime.threads={os.cpu_count()}"]).runtime.threads == os.cpu_count()

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from fedcare.algorithms import centralized, fedap, fedavg, feddg, feddyn, qfedavg
+from fedcare.algorithms.messages import Message
 from fedcare.algorithms.server_optimizers import with_server_optimizer
 from fedcare.algorithms.training import ClientData, TrainSettings
 from fedcare.config import ClientDP, Privacy, SecureAggregation
@@ -225,3 +226,39 @@ def test_observers_of_each_update_are_refused_under_secure_aggregation():
     fed.observers.append(lambda before, replies, after: None)
     with pytest.raises(RuntimeError, match="observers need each client's update"):
         rounds(fed, 1)
+
+
+class Hostile(Dropping):
+    """Client 2 replies to the fit with a forged masked vector."""
+
+    def __init__(self, model, half, seed, forge):
+        super().__init__(model, half, seed)
+        self.forge = forge
+
+    def fit(self, phase, rnd, work):
+        replies = super().fit(phase, rnd, work)
+        honest = replies[2].tensors["masked"]
+        replies[2] = Message({"masked": self.forge(honest)}, replies[2].scalars)
+        return replies
+
+
+@pytest.mark.parametrize("forge, why", [
+    (lambda v: v[:1], "a masked vector of length 1, not"),
+    (lambda v: torch.full_like(v, 2**63 - 1), "masked values outside [0, 2^62)"),
+    (lambda v: v[:-5], "a masked vector of length"),
+    (lambda v: v.double().fill_(float("nan")), "a masked vector of torch.float64, not torch.int64"),
+    (lambda v: torch.stack([v, v]), "a 2-D masked vector"),
+], ids=["length-1", "2^63-1", "wrong-length", "nan", "2-D"])
+def test_a_forged_masked_reply_is_dropped_as_a_dropout_with_the_reason(forge, why):
+    """A length-1 vector gave a garbage mean and -59,773,726,050 examples; 2^63-1 was accepted;
+    a wrong length, NaN or a 2-D vector raised an unhandled ValueError."""
+    m = model()
+    algorithm = private_algorithm(fedavg(SETTINGS), SECURE)
+    hostile = Federation(m, algorithm, 0, clients=Hostile(m, algorithm.client, 0, forge))
+    infos = rounds(hostile, 2)
+    plain = federation(fedavg(SETTINGS), client=2, stage="fit")  # client 2 as a plain dropout
+    rounds(plain, 2)
+    assert_same_model(plain, hostile)
+    for info in infos:
+        assert info["clients"] == 3 and info["n_train"] > 0 and list(info["rejected"]) == ["2"]
+        assert info["rejected"]["2"].startswith(why)

@@ -6,6 +6,7 @@ import errno
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
+
+import fedcare
 
 from fedcare.cli import app
 from fedcare.config import ConfigError, to_toml
@@ -178,6 +182,7 @@ def test_a_sigkilled_run_resumes_to_byte_identical_records(cohort, reference, tm
     assert (out / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
     assert json.loads((out / "run.json").read_text())["status"] == "finished"
     assert "| FP(N) |" in stdout and not partial.exists()
+    assert not (out / CHECKPOINT_FILE).exists() and not (out / ".lock").exists()  # only what continuing needed
     assert "resumed pain run" in (out / "run.log").read_text()
 
 
@@ -283,6 +288,12 @@ def test_the_report_of_an_interrupted_run_says_incomplete_and_keeps_the_syntheti
     page = build_report(partial).read_text()
     assert "INCOMPLETE: 1 of 3 units" in page and "SYNTHETIC DATA" in page
     assert json.loads((partial / "run.json").read_text())["synthetic"] is True
+    # `fedcare report X.partial`: the printed summary and every Markdown table say it too
+    result = CliRunner().invoke(app, ["report", str(partial)])
+    assert result.exit_code == 0 and result.output.startswith("**INCOMPLETE: 1 of 3 units (the run interrupted)")
+    tables = sorted((partial / "tables").glob("*.md"))
+    assert tables and all(t.read_text().startswith("**INCOMPLETE: 1 of 3 units") for t in tables)
+    assert all(t.read_text().count("INCOMPLETE") == 1 for t in tables)  # rebuilt, not stacked
 
 
 # -- 6 and 7. config ranges -------------------------------------------------------------------
@@ -434,3 +445,96 @@ def test_summary_strict_fails_where_a_run_would_refuse_the_copy(cohort, tmp_path
     result = CliRunner().invoke(app, ["data", "summary", "unbc", str(root), "--strict", "--no-check-images"])
     assert result.exit_code == 1 and "problem(s) that a run refuses (label_without_image)" in result.output
     assert CliRunner().invoke(app, ["data", "summary", "unbc", str(root), "--no-check-images"]).exit_code == 0
+
+
+def test_resume_refuses_an_edited_config_and_notes_another_version(tmp_path, monkeypatch):
+    """Editing config.toml inside a .partial and resuming mixed two experiments silently; a
+    resume under another fedcare version overwrote the version silently."""
+    interrupted_at_round(monkeypatch, 6, lambda: run_study(fedhealth2_config(), tmp_path / "run"))
+    partial = tmp_path / "run.partial"
+    info = json.loads((partial / "run.json").read_text())
+    assert len(info["config_sha256"]) == 64 and info["fedcare_version"] == fedcare.__version__
+    original = (partial / "config.toml").read_text()
+    (partial / "config.toml").write_text(original.replace("rounds = 3", "rounds = 2"))
+    with pytest.raises(ValueError, match=r"config.toml: changed since the run started"):
+        resume_study(partial)
+    (partial / "config.toml").write_text(original)
+    monkeypatch.setattr(run_module, "__version__", "9.9.9")  # the code resuming it is another release
+    resume_study(partial)
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["fedcare_version"] == fedcare.__version__  # the version it began with stays
+    assert info["version_changes"] == [{"after_units": 5, "fedcare_version": "9.9.9"}]
+    assert "under fedcare 9.9.9 (begun under" in (tmp_path / "run" / "run.log").read_text()
+    assert any(n.startswith("Resumed after 5 finished units under fedcare 9.9.9") for n in info["notes"])
+
+
+def test_resume_never_runs_code_from_a_checkpoint_and_names_a_damaged_one(tmp_path, monkeypatch):
+    """`fedcare resume` unpickled checkpoint.pt with weights_only=False: a crafted one (a pickle
+    whose __reduce__ calls os.system) ran its command. Run directories are shared and copied."""
+    import io
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    interrupted_at_round(monkeypatch, 6, lambda: run_study(fedhealth2_config(), tmp_path / "run"))
+    partial = tmp_path / "run.partial"
+    honest = (partial / CHECKPOINT_FILE).read_bytes()
+    buffer = io.BytesIO()
+    torch.save({"units": [], "state": {"x": Payload()}, "offset": 0}, buffer, pickle_module=pickle)
+    (partial / CHECKPOINT_FILE).write_bytes(buffer.getvalue())
+    result = CliRunner().invoke(app, ["resume", str(partial)])
+    assert result.exit_code == 2 and "refused: it names posix.system, not tensors" in " ".join(result.output.split())
+    assert not (tmp_path / "pwned").exists() and "Traceback" not in result.output
+    (partial / CHECKPOINT_FILE).write_bytes(honest[: len(honest) // 2])  # truncated
+    result = CliRunner().invoke(app, ["resume", str(partial)])
+    assert result.exit_code == 2 and "damaged, cannot be read" in result.output and "Traceback" not in result.output
+    (partial / CHECKPOINT_FILE).write_bytes(honest)
+    resume_study(partial)  # fedcare's own checkpoint still resumes (weights only, its classes allowed)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.parametrize("privacy", [{"client_dp": {"noise_multiplier": 0.5}}, {"dp_sgd": {"noise_multiplier": 0.5}},
+                                     {"secure_aggregation": {}}], ids=["client_dp", "dp_sgd", "secagg"])
+def test_a_protected_run_resumes_from_its_weights_only_checkpoint(tmp_path, monkeypatch, privacy):
+    """Client DP's server half keeps its settings and its privacy ledger in the checkpoint; DP-SGD's
+    accountants and secure aggregation's state must load weights-only too."""
+    config = fedhealth2_config().model_copy(update={"methods": ["fedavg"]})
+    config = type(config).model_validate({**config.model_dump(), "privacy": privacy})
+    reference = run_study(config, tmp_path / "reference")
+    interrupted_at_round(monkeypatch, 3, lambda: run_study(config, tmp_path / "run"))
+    resume_study(tmp_path / "run.partial")
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
+
+
+def test_training_that_diverges_stops_the_run_instead_of_reporting_a_result(tmp_path):
+    """`lr=1e30` gave every loss null and a report with "ACC 8.3%" (DP-SGD without clipping but
+    with noise, the other case, is now a config error: tests/test_cli_fuzz.py)."""
+    config = write_config(tmp_path / "exp.toml", fedhealth2_config())
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run"), "--set", "train.lr=1e30"])
+    assert result.exit_code == 2, result.output
+    assert re.search(r"training diverged: a batch's loss is (nan|inf)", " ".join(result.output.split()))
+    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
+
+
+def test_dp_sgd_with_vanishing_noise_reports_no_guarantee():
+    from fedcare.privacy.dp_sgd import epsilon
+
+    assert epsilon(torch.tensor([[1e-300, 0.1, 100.0]]), 1e-5) == math.inf
+    assert epsilon(torch.tensor([[0.0, 0.1, 100.0]]), 1e-5) == math.inf
+    assert 0 < epsilon(torch.tensor([[1.0, 0.1, 100.0]]), 1e-5) < math.inf
+
+
+def test_secure_aggregation_with_one_client_in_a_round_is_one_clear_line(tmp_path, monkeypatch):
+    """It was a SecAggError traceback (exit 1, as for a bug)."""
+    from fedcare.privacy.secagg import SecAggError
+
+    def one_client(*args, **kwargs):
+        raise SecAggError("secure aggregation needs at least 2 clients in a round; round 1 has 1")
+
+    monkeypatch.setattr(run_module, "run_study", one_client)
+    config = write_config(tmp_path / "exp.toml", fedhealth2_config())
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "needs at least 2 clients in a round" in result.output
+    assert "Traceback" not in result.output

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
+import os
 import re
 import tomllib
 import types
@@ -43,7 +45,9 @@ def site_name_problem(name: str) -> str | None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # unknown keys are errors; so are inf and nan (lr = 1e400 trained into nan), except where a
+    # field says what infinity means
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"  # [runtime] device, and a SuperNode's --device
@@ -94,6 +98,10 @@ class Runtime(Strict):
     def _threads(cls, threads: int | str | None) -> int | str | None:
         if isinstance(threads, int) and threads < 1:
             raise ValueError("threads must be at least 1, or \"auto\"")
+        cores = os.cpu_count() or 1
+        if isinstance(threads, int) and threads > cores:  # 100000 crashed OpenMP (a segfault)
+            raise ValueError(f"threads = {threads} is more than this machine's {cores} cores (more threads than "
+                             "cores only slows torch down); give at most that, or \"auto\"")
         return threads
 
     @field_validator("device")
@@ -143,13 +151,20 @@ class DPSGD(Strict):
     `noise_multiplier * max_grad_norm` is added to the batch's sum (`fedcare.privacy.dp_sgd`)."""
 
     noise_multiplier: float = Field(1.0, ge=0)  # sigma; 0: clipping only (no privacy)
-    max_grad_norm: float = Field(1.0, gt=0)  # C, the per-example L2 bound; inf: no clipping
+    max_grad_norm: float = Field(1.0, gt=0, allow_inf_nan=True)  # C, the per-example L2 bound; inf: no clipping
     delta: float = Field(1e-5, gt=0, lt=1)  # the target delta epsilon is reported for
     accountant: Literal["rdp", "prv"] = "rdp"  # Opacus's RDP or PRV accountant
     # BatchNorm mixes the examples of a batch, so per-example gradients do not exist:
     # "groupnorm" replaces every BatchNorm by a GroupNorm (Opacus's ModuleValidator.fix);
     # "refuse" stops with an error for a model that has BatchNorm.
     batchnorm: Literal["groupnorm", "refuse"] = "groupnorm"
+
+    @model_validator(mode="after")
+    def _finite_noise(self) -> "DPSGD":
+        if math.isinf(self.max_grad_norm) and self.noise_multiplier > 0:
+            raise ValueError("max_grad_norm = inf (no clipping) makes the noise, noise_multiplier x max_grad_norm, "
+                             "infinite: clip (a finite max_grad_norm) or set noise_multiplier = 0")
+        return self
 
 
 class ClientDP(Strict):
@@ -358,7 +373,7 @@ def validation_message(error: ValidationError, model: type[BaseModel], path: Pat
         given = next((a for k, a in set_keys.items() if _nested(key, k) or _nested(k, key)), None)
         where = f"--set {given}" if given else str(path)
         problems.append(f"{where}: {key}: {_plain(err, loc, model)}")
-    return "\n".join(problems)
+    return "; ".join(problems)  # one line: a log or a terminal shows every problem at once
 
 
 def _nested(key: str, table: str) -> bool:
@@ -373,6 +388,8 @@ def _plain(err: Any, loc: list[str], model: type[BaseModel]) -> str:
         hint = f"; did you mean {'.'.join([*loc[:-1], near[0]])}?" if near else (
             f"; known keys here: {', '.join(sorted(known))}" if known else "")
         return f"unknown key{hint}"
+    if err["type"] == "missing":
+        return "missing (this key is required)"
     if err["type"] == "list_type" and not isinstance(err.get("input"), (list, dict)):
         return f"expected a list, e.g. {loc[-1]} = [{_toml_value(err['input'])}]"
     return err["msg"]

@@ -9,6 +9,7 @@ noises gradients there). The defaults are the papers' plain minibatch SGD withou
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -159,7 +160,16 @@ class _Optimisation:
             self.scaler.update()
         if self.scheduler is not None:
             self.scheduler.step()
-        return loss.item()
+        value = loss.item()
+        if not math.isfinite(value):
+            raise TrainingDiverged(f"training diverged: a batch's loss is {value} (a learning rate too high for this "
+                                   "model, or gradients that grow without bound); its numbers would mean nothing")
+        return value
+
+
+class TrainingDiverged(ValueError):
+    """A training loss that is not a finite number: the run stops (what finished is kept)
+    instead of reporting metrics of a model that no longer means anything."""
 
 
 def batches_per_epoch(n: int, batch_size: int) -> int:

@@ -63,7 +63,7 @@ WIRE = "secagg/"  # message entries of the protocol (in the fit message, besides
 SECRET = "extra/secagg/"  # the client's secrets for the current round, in its private state
 
 
-class SecAggError(RuntimeError):
+class SecAggError(ValueError):
     """A round that cannot be unmasked (fewer clients left than the threshold), or a message
     the protocol does not accept."""
 
@@ -108,6 +108,24 @@ def _bytes(t: torch.Tensor) -> bytes:
 def pair_mask(s_private: bytes, s_public_other: bytes, n: int) -> np.ndarray:
     """The mask clients i and j share: the same from either side (X25519 agreement)."""
     return prg(_agree(X25519PrivateKey.from_private_bytes(s_private), s_public_other, b"mask"), n)
+
+
+def masked_reply_problem(reply: Message, length: int) -> str | None:
+    """Why a client's masked reply cannot enter the sum (None: it can). A reply of another
+    length, type or range would corrupt every survivor's mean (a length-1 vector gave a garbage
+    mean and -6e10 examples), so such a client is dropped as a dropout instead."""
+    vector = reply.tensors.get("masked")
+    if vector is None:
+        return "no masked vector"
+    if vector.dim() != 1:
+        return f"a {vector.dim()}-D masked vector"
+    if vector.dtype != torch.int64:
+        return f"a masked vector of {vector.dtype}, not torch.int64"
+    if vector.numel() != length:
+        return f"a masked vector of length {vector.numel()}, not {length}"
+    if bool(((vector < 0) | (vector >= MOD)).any()):
+        return f"masked values outside [0, 2^{MOD.bit_length() - 1})"
+    return None
 
 
 def threshold_for(clients: int, fraction: float) -> int:
@@ -248,6 +266,7 @@ class SecureAggregation:
 
     def __init__(self, threshold: float):
         self.fraction = threshold
+        self.rejected: dict[ClientId, str] = {}  # the last round's replies refused, and why
 
     def fit(self, clients, phase: str, rnd: int, work: Mapping[ClientId, tuple[Message, object]],
             weighting: str) -> tuple[dict[str, Message], list[ClientId]]:
@@ -274,6 +293,9 @@ class SecureAggregation:
                 fit_work[c] = (Message({**message.tensors, WIRE + "inbox": inbox, WIRE + "alive": alive},
                                        {**message.scalars, WIRE + "weighted": float(weighting == "examples")}), data)
         masked = clients.fit(phase, rnd, fit_work)
+        length = sum(t.numel() for name, t in work[members[0]][0].tensors.items() if not name.startswith(WIRE)) + 3
+        self.rejected = {c: why for c in sorted(masked) if (why := masked_reply_problem(masked[c], length))}
+        masked = {c: m for c, m in masked.items() if c not in self.rejected}  # dropped: unmasked as dropouts
         survivors = torch.tensor([bool(alive[i]) and c in masked for i, c in enumerate(members)], device="cpu")
         _check_left("after masking", int(survivors.sum()), t)
         revealed = clients.exchange(REVEAL, rnd, {c: Message({"survivors": survivors.to(torch.uint8)})

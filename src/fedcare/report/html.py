@@ -74,7 +74,7 @@ def _duration(started: Any, finished: Any) -> str | None:
 
 # missed operations (Flower runs) and a resume on other arithmetic are told in the notes;
 # the run directory's own name is the table's first row
-NOT_FACTS = {"title", "synthetic", "notes", "missed", "compute_changes", "run_dir"}
+NOT_FACTS = {"title", "synthetic", "notes", "missed", "compute_changes", "version_changes", "run_dir"}
 # labels of run.json keys every study writes (a study's known_facts put its own first)
 FACT_LABELS = {
     "study": "Study", "config_file": "Config file", "seeds": "Seeds", "methods": "Methods", "status": "Status",
@@ -148,16 +148,24 @@ def banner_html(synthetic: Any) -> str | None:
     return None
 
 
-def incomplete_html(run_info: Mapping[str, Any]) -> str | None:
-    """A banner when run.json says the run did not finish (interrupted, failed, or still
-    running): how many of its units finished and how to continue it."""
+def incomplete_text(run_info: Mapping[str, Any]) -> str | None:
+    """What every output of a run that did not finish (interrupted, failed, or still running)
+    says first: how many of its units finished and how to continue it."""
     status = run_info.get("status", "finished")
     if status == "finished":
         return None
     progress = run_info.get("progress") or {}
-    return (f'<div class="banner incomplete" role="alert">INCOMPLETE: {esc(progress.get("units_done", "?"))} of '
-            f'{esc(progress.get("units_total", "?"))} units (the run {esc(status)}); these numbers cover the finished '
-            f"units only. <code>fedcare resume</code> continues the run.</div>")
+    return (f"INCOMPLETE: {progress.get('units_done', '?')} of {progress.get('units_total', '?')} units (the run "
+            f"{status}); these numbers cover the finished units only. `fedcare resume` continues the run.")
+
+
+def incomplete_html(run_info: Mapping[str, Any]) -> str | None:
+    """The report's banner for :func:`incomplete_text`."""
+    text = incomplete_text(run_info)
+    if text is None:
+        return None
+    body = esc(text).replace("`fedcare resume`", "<code>fedcare resume</code>")
+    return f'<div class="banner incomplete" role="alert">{body}</div>'
 
 
 def notes_html(run_info: Mapping[str, Any], notes: Sequence[str] = ()) -> str | None:

@@ -108,6 +108,9 @@ class Federation:
         n = sum(sizes.values())
         loss = sum(replies[c].scalars[TRAIN_LOSS] * sizes[c] for c in sorted(replies)) / max(n, 1)
         info = {"train_loss": loss, "clients": len(answered), "n_train": int(n)}
+        rejected = getattr(secure, "rejected", None)
+        if rejected:  # secure aggregation dropped replies it could not sum: who, and why
+            info["rejected"] = {str(c): why for c, why in sorted(rejected.items())}
         epsilons = [m.scalars[DP_EPSILON] for m in replies.values() if DP_EPSILON in m.scalars]
         if epsilons:  # DP-SGD: the largest epsilon any client has spent so far
             info[DP_EPSILON] = max(epsilons)

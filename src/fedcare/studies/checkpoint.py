@@ -16,6 +16,9 @@ uninterrupted run's.
 from __future__ import annotations
 
 import io
+import pickle
+import re
+import zipfile
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -24,14 +27,40 @@ import torch
 
 from fedcare.device import to_host
 from fedcare.files import atomic_write_bytes
-from fedcare.studies.rundir import RecordsWriter, log, update_run_info
+from fedcare.studies.rundir import RESUME_STATE_FILE, RecordsWriter, log, update_run_info
 
-CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_FILE = RESUME_STATE_FILE
 
 
 def unit_key(key: tuple) -> tuple:
     """Keys are compared after a round trip through the file: plain tuples of str/int."""
     return tuple(key)
+
+
+def state_classes() -> list[type]:
+    """What a checkpoint may name besides tensors: the server halves (their state is pickled
+    whole: FedAP's statistics, FedDyn's h, server optimizer moments, ...), the messages and
+    parameter splits they hold, and the module types a split names."""
+    import fedcare.algorithms.catalogue  # noqa: F401  (imports every algorithm's module)
+    from fedcare.config import ClientDP
+    from fedcare.privacy.client_dp import Ledger  # its server half wraps any algorithm's, with its settings
+    from fedcare.algorithms.base import ServerHalf
+    from fedcare.algorithms.fedbn import FEDBN_SPLIT
+    from fedcare.algorithms.messages import Message
+    from fedcare.algorithms.split import ParameterSplit
+
+    classes, todo = set(), [ServerHalf]
+    while todo:
+        cls = todo.pop()
+        if cls not in classes:
+            classes.add(cls)
+            todo += cls.__subclasses__()
+    return [*sorted(classes, key=lambda c: c.__qualname__), Message, ParameterSplit, *FEDBN_SPLIT.private_types,
+            ClientDP, Ledger, set, frozenset]
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
 
 class NoCheckpoint:
@@ -66,9 +95,23 @@ class Checkpoint:
         path = Path(run_dir) / CHECKPOINT_FILE
         if not path.is_file():
             return None
-        # our own file (tensors, and server halves' state objects): not weights only; on the CPU,
-        # whatever device wrote it (a run begun on a GPU continues on a machine without one)
-        return torch.load(path, map_location="cpu", weights_only=False)
+        # Run directories are shared and copied: a checkpoint is read weights-only, with fedcare's
+        # own state classes allowed by name (a pickle naming anything else could run code); on the
+        # CPU, whatever device wrote it (a run begun on a GPU continues on a machine without one).
+        try:
+            with torch.serialization.safe_globals(state_classes()):
+                saved = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            named = re.search(r"GLOBAL ([\w.]+)", str(e))
+            raise ValueError(f"{path}: refused: it names {named.group(1) if named else 'something'}, not tensors or "
+                             "fedcare's own state (loading it could run code); a checkpoint fedcare wrote never "
+                             "does") from None
+        except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, KeyError) as e:
+            raise ValueError(f"{path}: damaged, cannot be read ({_first_line(e)}); the run cannot be resumed "
+                             "from it") from None
+        if not isinstance(saved, dict) or not isinstance(saved.get("units", []), list):
+            raise ValueError(f"{path}: not a fedcare checkpoint")
+        return saved
 
     def finished(self, *key: Hashable) -> bool:
         return unit_key(key) in self._done

@@ -13,10 +13,12 @@ continues it from its last finished unit.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fedcare import __version__
 from fedcare.compute import compute_facts, describe, same_arithmetic
 from fedcare.config import Experiment, to_toml
 from fedcare.files import atomic_write_text
@@ -93,9 +95,11 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         if resumed:
             info = read_run_info(partial)[0]
             started = info.get("started", now())
+            _check_same_experiment(partial, info)
         else:
             atomic_write_text(partial / "config.toml", to_toml(config))
             started = now()
+            update_run_info(partial, config_sha256=config_digest(partial))
         log(partial, f"{'resumed' if resumed else 'started'} {study.name} run {run.out.name} (pid {_pid()})")
         records = RecordsWriter(partial / METRICS_FILE, truncate_to=(saved or {}).get("offset", 0) if resumed else None)
         update_run_info(partial, run_dir=run.out.name, study=study.name, title=config.title, config_file=config_file,
@@ -110,6 +114,12 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
                          f"(begun on {describe(begun)})")
             changes.append({"after_units": done, "compute": compute})
             update_run_info(partial, compute_changes=changes)
+        versions = list(info.get("version_changes", [])) if resumed else []
+        if resumed and info.get("fedcare_version") not in (None, __version__):
+            done = (info.get("progress") or {}).get("units_done", 0)
+            log(partial, f"resumed after {done} units under fedcare {__version__} (begun under {info['fedcare_version']})")
+            versions.append({"after_units": done, "fedcare_version": __version__})
+            update_run_info(partial, version_changes=versions)
         study.check_privacy()
         runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
         if runtime_factory is None:
@@ -125,6 +135,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         records.sync()
         update_run_info(partial, **protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
                         notes=runtime.notes() + protocol.notes() + _compute_notes(begun, changes)
+                        + _version_notes(info.get("fedcare_version") if resumed else None, versions)
                         + _reproducibility_notes(study),
                         status="finished",
                         progress={"units_done": protocol.units_done, "units_total": protocol.units_total},
@@ -145,6 +156,26 @@ def _compute_notes(begun: dict | None, changes: list[dict]) -> list[str]:
     return [f"Resumed after {c.get('after_units', '?')} finished units on other arithmetic ({describe(c['compute'])}; "
             f"begun on {describe(begun)}): the records after that may differ from an uninterrupted run's by float "
             f"rounding." for c in changes if isinstance(begun, dict)]
+
+
+def config_digest(run_dir: Path) -> str:
+    """SHA-256 of a run's config.toml, as written when it started."""
+    return hashlib.sha256((Path(run_dir) / "config.toml").read_bytes()).hexdigest()
+
+
+def _check_same_experiment(partial: Path, info: dict) -> None:
+    """A resume continues the experiment the run began: refuse a config.toml edited since
+    (its records would mix two experiments under one config)."""
+    began = info.get("config_sha256")
+    if began is not None and config_digest(partial) != began:
+        raise ValueError(f"{partial / 'config.toml'}: changed since the run started; a resume continues the "
+                         "experiment it began (restore the file, or start a new run with `fedcare run`)")
+
+
+def _version_notes(began: str | None, versions: list[dict]) -> list[str]:
+    """The report's notes on a run resumed under another fedcare version than it began with."""
+    return [f"Resumed after {v.get('after_units', '?')} finished units under fedcare {v['fedcare_version']} (begun "
+            f"under {began}): the records after that come from that version's code." for v in versions if began]
 
 
 def _reproducibility_notes(study: Study) -> list[str]:
@@ -195,11 +226,23 @@ def build_report(run_dir: Path) -> Path:
     when run.json does not say) from its metrics.jsonl; returns report.html's path. An
     unfinished run's report says so at the top."""
     from fedcare.privacy.report import privacy_notes
+    from fedcare.report.html import incomplete_text
 
     study, run_info, notes = study_of_run(run_dir)
-    return study.build_report(Path(run_dir), run_info, notes + privacy_notes(run_dir))
+    page = study.build_report(Path(run_dir), run_info, notes + privacy_notes(run_dir))
+    banner = incomplete_text(run_info)
+    if banner:  # the tables say it too, as report.html does
+        for table in sorted((Path(run_dir) / "tables").glob("*.md")):
+            atomic_write_text(table, f"**{banner}**\n\n{table.read_text()}")
+    return page
 
 
 def summary_markdown(run_dir: Path) -> str:
-    """The summary table of a run directory, in Markdown."""
-    return study_of_run(run_dir)[0].summary_markdown(Path(run_dir))
+    """The summary table of a run directory, in Markdown (under the INCOMPLETE line when the
+    run did not finish)."""
+    from fedcare.report.html import incomplete_text  # the report stack: not in a site's process
+
+    study, run_info, _ = study_of_run(run_dir)
+    banner = incomplete_text(run_info)
+    summary = study.summary_markdown(Path(run_dir))
+    return f"**{banner}**\n\n{summary}" if banner else summary

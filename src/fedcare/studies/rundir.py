@@ -41,6 +41,7 @@ from fedcare.runfiles import (  # noqa: F401 (the file names and readers, import
 from fedcare.threads import auto_threads
 
 LOCK_FILE = ".lock"  # held by the process running in a partial directory
+RESUME_STATE_FILE = "checkpoint.pt"  # what `fedcare resume` continues from (fedcare.studies.checkpoint)
 PARTIAL = ".partial"
 
 # progress(task description, units done, units total)
@@ -134,7 +135,11 @@ class RunDirectory:
 
     # -- leaving it --------------------------------------------------------------------
     def finish(self) -> Path:
+        """The finished run under its own name, without what only continuing needed: the
+        checkpoint (every client's private layers) and the lock file."""
+        (self.partial / RESUME_STATE_FILE).unlink(missing_ok=True)
         os.rename(self.partial, self.out)
+        (self.out / LOCK_FILE).unlink(missing_ok=True)
         self._lock.close()
         return self.out
 
@@ -248,7 +253,8 @@ def set_threads(config) -> None:
 def update_run_info(folder: Path, **facts: Any) -> dict:
     """Merge `facts` into the run.json of `folder` (written atomically); returns the new content."""
     info, _ = read_run_info(folder)
-    info.update({"fedcare_version": __version__, **facts})
+    info.setdefault("fedcare_version", __version__)  # the version the run began with (a resume notes its own)
+    info.update(facts)
     atomic_write_text(Path(folder) / RUN_FILE, json.dumps(_json_safe(info), indent=2))
     return info
 

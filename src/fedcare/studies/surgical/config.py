@@ -121,7 +121,7 @@ class SurgicalExperiment(Experiment):
     model: SurgicalModel = SurgicalModel()
     train: SurgicalTrain = SurgicalTrain()
 
-    @field_validator("methods", "clients")
+    @field_validator("clients")  # methods listed twice: Experiment's check
     @classmethod
     def _distinct(cls, items: list[str]) -> list[str]:
         twice = sorted({m for m in items if items.count(m) > 1})
