@@ -538,3 +538,27 @@ def test_secure_aggregation_with_one_client_in_a_round_is_one_clear_line(tmp_pat
     result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "needs at least 2 clients in a round" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_kept_note_counts_only_units_whose_checkpoint_was_written(tmp_path, monkeypatch):
+    """A full disk while writing a unit's checkpoint: that unit was counted in "kept ... (n of m
+    units finished)" although a resume would redo it."""
+    from fedcare.studies import checkpoint as checkpoint_module
+
+    real, writes = checkpoint_module.atomic_write_bytes, []
+
+    def full_on_the_third(path, data, **kwargs):
+        writes.append(path)
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", full_on_the_third)
+    with pytest.raises(OSError) as stopped:
+        run_study(fedhealth2_config(), tmp_path / "run")
+    assert run_module.stop_note(stopped.value).startswith(f"kept {tmp_path / 'run.partial'} (2 of 10 units finished)")
+    info = json.loads((tmp_path / "run.partial" / "run.json").read_text())
+    assert info["progress"]["units_done"] == 2
+    monkeypatch.undo()
+    resume_study(tmp_path / "run.partial")
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"

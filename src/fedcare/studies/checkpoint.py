@@ -127,17 +127,20 @@ class Checkpoint:
     def commit(self, *key: Hashable, **state: Any) -> None:
         """Unit `key` is finished; `state` (name -> value; None removes it; a callable is
         called here, so the copying happens only where a checkpoint is kept) is what
-        continuing after it needs. Durable before it returns."""
-        self.finished_units.append(unit_key(key))
-        self._done.add(unit_key(key))
+        continuing after it needs. Durable before it returns; counted as finished only once its
+        checkpoint is on disk (a full disk's failed write does not count it in "kept ...")."""
+        units = [*self.finished_units, unit_key(key)]
+        new_state = dict(self._state)
         for name, value in state.items():
             if value is None:
-                self._state.pop(name, None)
+                new_state.pop(name, None)
             else:
-                self._state[name] = to_host(value() if callable(value) else value)  # device-free
+                new_state[name] = to_host(value() if callable(value) else value)  # device-free
         offset = self.records.sync()
         buffer = io.BytesIO()
-        torch.save({"units": self.finished_units, "state": self._state, "offset": offset}, buffer)
+        torch.save({"units": units, "state": new_state, "offset": offset}, buffer)
         atomic_write_bytes(self.run_dir / CHECKPOINT_FILE, buffer.getvalue(), private=True)
+        self.finished_units, self._state = units, new_state
+        self._done.add(unit_key(key))
         update_run_info(self.run_dir, progress={"units_done": self.units_done, "units_total": self.units_total})
         log(self.run_dir, f"finished {'/'.join(map(str, key))} ({self.units_done} of {self.units_total} units)")
