@@ -172,7 +172,7 @@ _quiet_previous: int | None = None
 
 
 @contextmanager
-def _quiet() -> Iterator[None]:
+def quiet_opencv() -> Iterator[None]:
     """Silence OpenCV's and FFmpeg's console messages while decoding (we report problems
     ourselves). Reference-counted: threads decoding at the same time restore the log level
     once, when the last one is done."""
@@ -266,7 +266,7 @@ def decode_video(
     if not path.is_file():
         raise VideoDecodeError(f"{path}: video file not found" if not path.exists() else f"{path}: not a file")
     start = time.perf_counter()
-    with _quiet():
+    with quiet_opencv():
         cap = cv2.VideoCapture(os.fspath(path), BACKEND)
         try:
             if not cap.isOpened():

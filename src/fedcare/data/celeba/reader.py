@@ -65,6 +65,7 @@ import cv2
 import numpy as np
 
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
+from fedcare.data.video import quiet_opencv
 
 __all__ = [
     "ATTRIBUTES", "CACHE_ENV", "PROBLEM_KINDS", "CacheStats", "CelebaDataset", "CelebaFiles", "CelebaFormatError",
@@ -391,7 +392,7 @@ def _check_images(ds: CelebaDataset, problems: _Problems, progress: Callable[[in
     def decodes(i: int) -> bool:
         return _imread(ds.path(i)) is not None
 
-    with _quiet_opencv(), ThreadPoolExecutor(max_workers=_workers(None)) as pool:
+    with quiet_opencv(), ThreadPoolExecutor(max_workers=_workers(None)) as pool:
         for i, ok in enumerate(pool.map(decodes, range(len(ds)))):
             if not ok:
                 problems.add("unreadable_image", ds.path(i), None, "cannot decode image (corrupt or not an image)")
@@ -443,19 +444,6 @@ def default_cache_dir() -> Path:
     base = os.environ.get(CACHE_ENV)
     return (Path(base).expanduser() if base else Path.home() / ".cache" / "fedcare") / "faces"
 
-
-@contextlib.contextmanager
-def _quiet_opencv() -> Iterator[None]:
-    logging = getattr(getattr(cv2, "utils", None), "logging", None)
-    if logging is None:  # pragma: no cover
-        yield
-        return
-    previous = logging.getLogLevel()
-    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
-    try:
-        yield
-    finally:
-        logging.setLogLevel(previous)
 
 
 def _imread(path: Path) -> np.ndarray | None:
@@ -674,7 +662,7 @@ class FaceCropper:
         from fedcare.data.haar import single_blas_thread
 
         # one BLAS thread for the whole pass (set once: the detector threads then never fight over it)
-        with _quiet_opencv(), single_blas_thread(), \
+        with quiet_opencv(), single_blas_thread(), \
                 ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="fedcare-faces") as pool:
             if progress is not None:
                 progress(0, total)

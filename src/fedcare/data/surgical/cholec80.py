@@ -65,7 +65,7 @@ from fedcare.data.surgical.common import (
     find_child,
     measure_border,
 )
-from fedcare.data.surgical.reader import Item, Layout, SurgicalDataset, check_root, load
+from fedcare.data.surgical.reader import Item, Layout, SurgicalDataset, check_root, load, read_annotation
 from fedcare.data.video import FrameCache
 
 __all__ = [
@@ -208,13 +208,7 @@ def _folders(root: Path) -> tuple[Path, Path]:
 
 def read_video(item: Item, cache: FrameCache, *, thresholds: BorderThresholds, tolerance_s: int) -> SurgicalVideo:
     """One video and its tool annotation: a row per second, the common prefix of rows and 1-fps frames."""
-    if item.annotation is None:
-        raise VideoProblem("missing_annotation", item.video,
-                           f"no tool annotation file (expected {item.expected_annotation})")
-    try:
-        raw = read_tool_annotation(item.annotation)
-    except SurgicalAnnotationError as e:
-        raise VideoProblem("malformed_annotation", item.annotation, str(e).split(": ", 1)[1]) from None
+    raw = read_annotation(item, read_tool_annotation, "tool annotation")
     cached = cache.get(item.video)
     info = cached.info
     rows, sampled = raw.shape[0], info.frames

@@ -62,7 +62,7 @@ from fedcare.data.surgical.common import (
     measure_border,
     white_frames,
 )
-from fedcare.data.surgical.reader import Item, Layout, SurgicalDataset, check_root, load
+from fedcare.data.surgical.reader import Item, Layout, SurgicalDataset, check_root, load, read_annotation
 from fedcare.data.video import FrameCache
 
 __all__ = [
@@ -209,13 +209,7 @@ def _folders(root: Path, hd: bool) -> tuple[Path, Path]:
 def read_video(item: Item, cache: FrameCache, *, centres: Mapping[int, str], thresholds: BorderThresholds,
                tolerance_s: int) -> SurgicalVideo:
     """One video and its instrument annotation: a row per native frame, white frames dropped."""
-    if item.annotation is None:
-        raise VideoProblem("missing_annotation", item.video,
-                           f"no instrument annotation file (expected {item.expected_annotation})")
-    try:
-        categories = read_instrument_annotation(item.annotation)
-    except SurgicalAnnotationError as e:
-        raise VideoProblem("malformed_annotation", item.annotation, str(e).split(": ", 1)[1]) from None
+    categories = read_annotation(item, read_instrument_annotation, "instrument annotation")
     cached = cache.get(item.video)
     info = cached.info
     rows = categories.shape[0]

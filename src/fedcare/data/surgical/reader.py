@@ -14,12 +14,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from fedcare.data.common import SYNTHETIC_MARKER
 from fedcare.data.surgical.common import (
     BorderThresholds,
+    SurgicalAnnotationError,
     SurgicalLayoutError,
     SurgicalProblem,
     SurgicalVideo,
+    VideoProblem,
     is_junk,
     raise_if_fatal,
     run_tasks,
@@ -97,6 +101,16 @@ def scan(layout: Layout, videos_dir: Path, annotations_dir: Path,
             problems.append(SurgicalProblem("annotation_without_video", annotations[number],
                                             f"no video (expected {videos_dir / layout.video_file(number)})"))
     return items, problems
+
+
+def read_annotation(item: Item, read: Callable[[Path], np.ndarray], what: str) -> np.ndarray:
+    """A video's annotation read with `read`; a missing or malformed one is the video's problem."""
+    if item.annotation is None:
+        raise VideoProblem("missing_annotation", item.video, f"no {what} file (expected {item.expected_annotation})")
+    try:
+        return read(item.annotation)
+    except SurgicalAnnotationError as e:
+        raise VideoProblem("malformed_annotation", item.annotation, str(e).split(": ", 1)[1]) from None
 
 
 def check_root(layout: Layout, root: Path | str, tolerance_s: int) -> Path:

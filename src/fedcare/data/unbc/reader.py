@@ -88,7 +88,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +95,7 @@ import cv2
 import numpy as np
 
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
+from fedcare.data.video import quiet_opencv
 
 __all__ = [
     "MEASURES",
@@ -306,20 +306,6 @@ def read_sequence_label(path: Path | str) -> float:
     return _number(tokens[0], path, "value")
 
 
-@contextmanager
-def _quiet_opencv() -> Iterator[None]:
-    """OpenCV prints a warning to stderr for every missing/corrupt file; we report those ourselves."""
-    logging = getattr(getattr(cv2, "utils", None), "logging", None)
-    if logging is None:  # pragma: no cover - very old OpenCV builds
-        yield
-        return
-    previous = logging.getLogLevel()
-    logging.setLogLevel(logging.LOG_LEVEL_SILENT)
-    try:
-        yield
-    finally:
-        logging.setLogLevel(previous)
-
 
 def _imread_grey(path: Path | str) -> np.ndarray:
     img = cv2.imread(os.fspath(path), cv2.IMREAD_GRAYSCALE)
@@ -331,7 +317,7 @@ def _imread_grey(path: Path | str) -> np.ndarray:
 def read_grey(path: Path | str) -> np.ndarray:
     """The frame as a uint8 greyscale HxW array (``cv2.imread(path, cv2.IMREAD_GRAYSCALE)``).
     Raises UnbcImageError("<path>: cannot read image (missing or corrupt)")."""
-    with _quiet_opencv():
+    with quiet_opencv():
         return _imread_grey(path)
 
 
@@ -708,7 +694,7 @@ def _check_files(frames: list[UnbcFrame], scan: _Scan, progress: Callable[[int, 
         progress(0, total)
     workers = max(1, min(8, os.cpu_count() or 1))
     step = max(1, total // 200)
-    with _quiet_opencv(), ThreadPoolExecutor(max_workers=workers) as pool:
+    with quiet_opencv(), ThreadPoolExecutor(max_workers=workers) as pool:
         for i, found in enumerate(pool.map(_check_one, frames, chunksize=16), start=1):
             for kind, path, detail in found:
                 scan.problem(kind, path, detail)
