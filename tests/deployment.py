@@ -81,15 +81,16 @@ class Deployment:
                 raise RuntimeError(f"flwr supernode register {site}: {output}")
 
     def start_site(self, site: str, data_dir: Path, *extra: str, name: str | None = None,
-                   root_certificates: Path | None = None) -> subprocess.Popen:
+                   root_certificates: Path | None = None, auth_key: Path | None = None) -> subprocess.Popen:
         """A SuperNode for `site` (process name `name`, default the site), trusting
-        `root_certificates` (default the federation's CA), with a 10 s heartbeat."""
+        `root_certificates` (default the federation's CA), authenticated with `auth_key`
+        (default the site's own key), with a 10 s heartbeat."""
         pythonpath = os.pathsep.join(p for p in (str(SHORT_HEARTBEAT), os.environ.get("PYTHONPATH")) if p)
         return self.start(name or site, [
             "flower", "supernode", "--site", site, "--data-dir", str(data_dir),
             "--state-dir", str(self.root / "state" / (name or site)), "--superlink", f"127.0.0.1:{self.port}",
             "--root-certificates", str(root_certificates or self.certs / "ca.crt"),
-            "--auth-key", str(self.certs / "keys" / site), "--port", str(free_port()), *extra],
+            "--auth-key", str(auth_key or self.certs / "keys" / site), "--port", str(free_port()), *extra],
             env={"PYTHONPATH": pythonpath})
 
     def kill(self, name: str) -> None:

@@ -189,3 +189,34 @@ def test_supernode_refuses_what_would_expose_or_break_the_site(tmp_path):
         state.chmod(0o500)
         assert "not writable" in supernode("--state-dir", str(state), "--insecure").output
     state.chmod(0o700)
+
+
+def test_flower_run_binds_sites_to_their_keys_or_says_it_does_not(tmp_path):
+    """A deployed run needs the sites' public keys (or an explicit --unverified-sites); the
+    supernode's key goes into its node config, where the ClientApp signs the greeting with it."""
+    from fedcare.runtime.flower.certs import make_site_key
+
+    config = str(Path(__file__).parents[1] / "src/fedcare/configs/pain/sites.toml")
+    runner = CliRunner()
+
+    def flower_run(*extra):
+        return runner.invoke(app, ["flower", "run", config, "--federation", "nowhere", "--out", str(tmp_path / "r"), *extra])
+
+    result = flower_run()
+    assert result.exit_code == 2 and "--site-keys: not given" in result.output and "--unverified-sites" in result.output
+    result = flower_run("--site-keys", str(tmp_path / "nokeys"))
+    assert result.exit_code == 2 and "nokeys: no such directory" in result.output
+    result = flower_run("--site-keys", str(tmp_path), "--unverified-sites")
+    assert result.exit_code == 2 and "not with" in result.output
+    assert not (tmp_path / "r").exists()
+
+    _, public = make_site_key(tmp_path, "hospital-a")
+    private = tmp_path / "keys" / "hospital-a"
+    ca = tmp_path / "ca.crt"
+    ca.write_text("c")
+    result = runner.invoke(app, ["flower", "supernode", "--site", "hospital-a", "--data-dir", str(tmp_path),
+                                 "--state-dir", str(tmp_path / "state"), "--root-certificates", str(ca),
+                                 "--auth-key", str(private), "--no-warm", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert f'auth-key=\\"{private.resolve()}\\"' in result.output or f'auth-key="{private.resolve()}"' in result.output
+    assert public.is_file()

@@ -2,7 +2,7 @@
 SuperNode authentication, three SuperNodes (one per site), `fedcare flower run` as the
 researcher. PFDL's per-site metrics must equal the in-process simulator's bit for bit, and
 FedAvg's until a site is killed mid-run; that site is reported and the run completes; an
-unregistered site is refused. (Both methods run to the end on Flower's Simulation Engine:
+unregistered site is refused, and so is a registered node that claims another site's name. (Both methods run to the end on Flower's Simulation Engine:
 test_flower_simulation_engine.py; each deployed run costs minutes of Flower's polling.)"""
 
 import json
@@ -28,16 +28,18 @@ def deployment(tmp_path_factory, pain_cohort):
     key; a site that trusts another CA, with site-43's registered key, so that only the
     certificate is wrong) are started first, so that their refusals overlap the set-up and
     the runs; their tests wait for them to end."""
-    d = Deployment(tmp_path_factory.mktemp("deploy"), [*SITES, "intruder"])
+    d = Deployment(tmp_path_factory.mktemp("deploy"), [*SITES, "intruder", "impostor"])
     try:
         # a CA the SuperLink's certificate is not from (in process: `fedcare flower certs` made d.certs)
         make_certificates(d.root / "other-ca", ["127.0.0.1", "localhost"])
         d.start_superlink()
         d.start_site("intruder", pain_cohort)
         d.start_site("site-43", pain_cohort, name="wrong-ca", root_certificates=d.root / "other-ca" / "ca.crt")
-        d.register(*SITES)
+        # Flower registers any key it is given: "impostor" is let in, and claims to be site-43
+        d.register(*SITES, "impostor")
         for site in SITES:
             d.start_site(site, pain_cohort)
+        d.start_site("site-43", pain_cohort, name="impostor", auth_key=d.certs / "keys" / "impostor")
         yield d
     finally:
         d.close()
@@ -47,7 +49,8 @@ def _run(d: Deployment, cfg: PainExperiment, name: str, timeout: float = 900):
     path = d.root / f"{name}.toml"
     path.write_text(to_toml(cfg))
     out = d.root / "runs" / name
-    return d.fedcare(["flower", "run", str(path), "--federation", "test", "--out", str(out)], timeout=timeout), out
+    return d.fedcare(["flower", "run", str(path), "--federation", "test", "--out", str(out),
+                      "--site-keys", str(d.certs / "keys")], timeout=timeout), out
 
 
 @pytest.mark.timeout(1200)
@@ -59,6 +62,10 @@ def test_pfdl_across_three_sites_equals_the_simulator(deployment, pain_cohort, p
     assert len(expected) > 5 and records(out, "client_eval", "round") == expected
     info = json.loads((out / "run.json").read_text())
     assert info["sites"] == SITES and info["missed"] == []
+    # the impostor node (a registered key, not site-43's) was refused: site-43 kept its node
+    assert [(r["site"], r["reason"]) for r in info["refused"]] == [
+        ("site-43", "its signature does not match site-43.pub (it does not hold the site's key)")]
+    assert "A node claiming site &#x27;site-43&#x27; was refused" in (out / "report.html").read_text()
     # every SuperNode runs on this machine, with the experiment's one thread: they compute alike
     assert {s: (f["threads"], f["cpu_kernels"]) for s, f in info["site_compute"].items()} == {
         s: (1, torch.backends.cpu.get_cpu_capability()) for s in SITES}
@@ -101,7 +108,8 @@ def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, pain_cohor
     path.write_text(to_toml(cfg))
     out = deployment.root / "runs" / "dropout"
     researcher = subprocess.Popen(
-        [sys.executable, "-m", "fedcare.cli", "flower", "run", str(path), "--federation", "test", "--out", str(out)],
+        [sys.executable, "-m", "fedcare.cli", "flower", "run", str(path), "--federation", "test", "--out", str(out),
+         "--site-keys", str(deployment.certs / "keys")],
         env=deployment.env(deployment.researcher_home), cwd=deployment.root, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

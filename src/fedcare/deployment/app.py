@@ -13,6 +13,8 @@ Node config of a SuperNode: `site` (which site it is; see [deployment.sites]), `
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -70,9 +72,12 @@ def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
         raise FlowerRunError("run config 'out' is empty: the run directory to write on the coordinator")
     config = parse_config(text, name)
     check_experiment(config, name)
+    keys = str(rc.get("site-keys", ""))
+    site_keys = json.loads(keys) if keys else None  # {site: its public key}: each node must prove its site
 
     def runtime(study: Study, write: Records) -> FlowerRuntime:
-        link = SiteLink(grid, {"experiment": text, "name": name}, link_settings(config), on_missed=write)
+        link = SiteLink(grid, {"experiment": text, "name": name}, link_settings(config), on_missed=write,
+                        site_keys=site_keys)
         link.connect(study.clients())
         return FlowerRuntime(link, study.algorithm)
 

@@ -221,16 +221,18 @@ def supernode(
         except DeviceUnavailable as e:
             _fail(f"--device: {e}")
         settings.append(("device", device))
-    node_config = " ".join(f'{k}={json.dumps(str(v))}' for k, v in settings)
-    cmd = ["flower-supernode", "--superlink", superlink_address, "--host", "127.0.0.1", "--port", str(port),
-           "--node-config", node_config]
     if insecure:
-        cmd.append("--insecure")
+        security = ["--insecure"]
     else:
         for option, path in (("--root-certificates", root_certificates), ("--auth-key", auth_key)):
             if path is None or not path.is_file():
                 _fail(f"{option}: {'not given' if path is None else f'{path}: no such file'} (or --insecure for a local trial)")
-        cmd += ["--root-certificates", str(root_certificates), "--auth-supernode-private-key", str(auth_key)]
+        security = ["--root-certificates", str(root_certificates), "--auth-supernode-private-key", str(auth_key)]
+        # the same key signs the coordinator's greeting: it proves this node is the site it says
+        settings.append(("auth-key", auth_key.resolve()))
+    node_config = " ".join(f'{k}={json.dumps(str(v))}' for k, v in settings)
+    cmd = ["flower-supernode", "--superlink", superlink_address, "--host", "127.0.0.1", "--port", str(port),
+           "--node-config", node_config, *security]
     if not warm:
         _exec(cmd, dry_run, SUPEREXEC_POLL)
         return
@@ -299,10 +301,15 @@ def run_command(
     data_dir: Annotated[Optional[Path], typer.Option(help="Simulation only: the data every simulated site reads.")] = None,
     state_dir: Annotated[Optional[Path], typer.Option(help="Simulation only: where simulated sites keep their state.")] = None,
     federation_config: Annotated[Optional[str], typer.Option(help="Simulation only: passed to flwr run, e.g. 'num-supernodes=3'.")] = None,
+    site_keys: Annotated[Optional[Path], typer.Option(help="The sites' public keys (the keys/ folder of `fedcare flower certs`, "
+                                                           "<site>.pub files): each site must prove it holds its key.")] = None,
+    unverified_sites: Annotated[bool, typer.Option(help="Take each SuperNode at its word about which site it is "
+                                                        "(a local trial only; any registered node could claim any site).")] = False,
 ) -> None:
     """Researcher: run an experiment across the sites, wait for it, fail unless it completed."""
     from fedcare.config import ConfigError, to_toml
     from fedcare.deployment.app import check_experiment
+    from fedcare.runtime.flower.identity import SiteKeyError, read_site_keys
     from fedcare.studies.load import load_config
 
     try:
@@ -310,13 +317,24 @@ def run_command(
         check_experiment(experiment, str(config))
     except ConfigError as e:
         _fail(str(e))
+    simulated = data_dir is not None or federation_config is not None
+    if site_keys is not None and (simulated or unverified_sites):
+        _fail("--site-keys: for sites on a SuperLink (not with --data-dir, --federation-config or --unverified-sites)")
+    if site_keys is None and not simulated and not unverified_sites:
+        _fail("--site-keys: not given: the folder of the sites' <site>.pub keys, so that no node can claim a site "
+              "it holds no key for (or --unverified-sites for a local trial)")
+    try:
+        keys = read_site_keys(site_keys) if site_keys is not None else None
+    except SiteKeyError as e:
+        _fail(f"--site-keys {e}")
     if out is None:
         out = Path("runs") / f"{config.stem}-flower-{datetime.now():%Y%m%d-%H%M%S}"
     out = out.resolve()
     if out.exists():
         _fail(f"{out}: run directory already exists; choose another --out or remove it")
     run_config = {"experiment": to_toml(experiment), "experiment-name": config.name, "out": str(out),
-                  "data-dir": str(data_dir.resolve()) if data_dir else "", "state-dir": str(state_dir.resolve()) if state_dir else ""}
+                  "data-dir": str(data_dir.resolve()) if data_dir else "", "state-dir": str(state_dir.resolve()) if state_dir else "",
+                  "site-keys": json.dumps(keys) if keys is not None else ""}
     with tempfile.TemporaryDirectory(prefix="fedcare-flwr-") as tmp:
         app = Path(tmp) / "app"
         shutil.copytree(app_dir(), app)  # flwr may write into the app folder: never into the installed package

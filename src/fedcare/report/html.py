@@ -72,9 +72,9 @@ def _duration(started: Any, finished: Any) -> str | None:
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
 
-# missed operations (Flower runs) and a resume on other arithmetic are told in the notes;
+# missed operations and refused nodes (Flower runs) and a resume on other arithmetic are told in the notes;
 # the run directory's own name is the table's first row
-NOT_FACTS = {"title", "synthetic", "notes", "missed", "compute_changes", "version_changes", "run_dir"}
+NOT_FACTS = {"title", "synthetic", "notes", "missed", "refused", "compute_changes", "version_changes", "run_dir"}
 # labels of run.json keys every study writes (a study's known_facts put its own first)
 FACT_LABELS = {
     "study": "Study", "config_file": "Config file", "seeds": "Seeds", "methods": "Methods", "status": "Status",

@@ -27,13 +27,15 @@ from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import ClientData, predict
 from fedcare.compute import compute_facts
 from fedcare.runtime.clients import ClientRunner, Fit
+from fedcare.runtime.flower.identity import SiteKeyError, sign_claim
 from fedcare.runtime.flower.link import HELLO
 from fedcare.runtime.flower.records import OPS, decode_ops, encode_results, record_to_tensors, tensors_to_record
 from fedcare.runtime.flower.site import FactorySite, SiteError, SiteNode
 from fedcare.runtime.sites import Builder, Site
 
-# node config keys: which site a SuperNode is, where its data and state live
-SITE_KEY, DATA_DIR_KEY, STATE_DIR_KEY = "site", "data-dir", "state-dir"
+# node config keys: which site a SuperNode is, where its data and state live, and the key
+# that proves it (the SuperNode's --auth-key: the greeting's challenge is signed with it)
+SITE_KEY, DATA_DIR_KEY, STATE_DIR_KEY, AUTH_KEY_KEY = "site", "data-dir", "state-dir", "auth-key"
 PARTITION_ID_KEY = "partition-id"  # set by Flower's Simulation Engine instead
 GREETING = "fedcare-greeting"  # Context.state: what the site was greeted with
 
@@ -81,10 +83,17 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         opened = open_site(greeting, context)  # fails here, naming the problem, before any training
         context.state[GREETING] = ConfigRecord({"json": json.dumps(greeting)})
         site = open_node(opened, context).site
-        answer = {"client": site.client, "site": _site_name(context, site), "summary": site.summary(),
+        name = _site_name(context, site)
+        answer = {"client": site.client, "site": name, "summary": site.summary(),
                   "synthetic": bool(site.synthetic),
                   # threads as the experiment set them; the device and precision this site computes in
                   "compute": {**compute_facts(), **(opened[1].compute.facts() if hasattr(opened[1], "compute") else {})}}
+        key_file = context.node_config.get(AUTH_KEY_KEY)
+        if key_file and "challenge" in greeting:  # prove to the coordinator that this node is the site
+            try:
+                answer["signature"] = sign_claim(Path(str(key_file)), str(greeting["challenge"]), name, site.client)
+            except SiteKeyError as e:
+                raise SiteError(f"site {name!r}: {e}") from None
         return Message(RecordDict({HELLO: ConfigRecord({"json": json.dumps(answer)})}), reply_to=msg)
 
     @app.train()

@@ -4,7 +4,9 @@
 - Flower's node ids are random: a site says which client it is in a greeting (a QUERY
   message carrying the experiment), answered with its client id and the summary the
   protocol needs. A node that appears later (a restarted SuperNode) is greeted the same way
-  and takes its site's place: the site rejoins.
+  and takes its site's place: the site rejoins. With the sites' public keys (`site_keys`),
+  a node must prove with its site's key that it is that site (`identity`): a node that
+  cannot is refused, recorded, and never greeted again.
 - Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
   sleeps 3 s between polls; a site that does not answer within `round_timeout`, or that the
   SuperLink reports unavailable, has missed that operation: the exchange goes on with the
@@ -43,6 +45,7 @@ from fedcare.runtime.clients import (
     Snapshot,
     Work,
 )
+from fedcare.runtime.flower.identity import claim_problem, new_challenge
 from fedcare.runtime.flower.records import Begin, decode_results, encode_ops
 
 HELLO = "fedcare-hello"
@@ -66,8 +69,9 @@ class LinkSettings:
 
 class SiteLink:
     def __init__(self, grid: Grid, hello: Mapping[str, Any], settings: LinkSettings,
-                 on_missed: Callable[[dict], None] | None = None):
+                 on_missed: Callable[[dict], None] | None = None, site_keys: Mapping[str, str] | None = None):
         self.grid = grid
+        self.site_keys = None if site_keys is None else dict(site_keys)  # None: sites are taken at their word
         self.hello = dict(hello)  # what every site is greeted with (the experiment, as TOML text)
         self.settings = settings
         self.on_missed = on_missed
@@ -78,6 +82,7 @@ class SiteLink:
         self.compute: dict[ClientId, dict] = {}  # each site's torch, CPU kernels and threads (fedcare.compute)
         self.joins: dict[ClientId, int] = {}  # how often each client has (re)joined
         self.missed: list[dict] = []
+        self.refused: list[dict] = []  # nodes that claimed a site they could not prove to be
         self._greeted: set[int] = set()
         self._silent: set[int] = set()  # listed nodes that did not answer: not waited for again
 
@@ -92,10 +97,11 @@ class SiteLink:
         came back (a restarted SuperNode may keep its node id: it is tied to its key)."""
         listed = set(self.grid.get_node_ids())
         self._silent &= listed  # a node that left may come back under its id: greet it then
-        new = sorted(listed - set(self.node_of.values()) - self._silent)
+        new = sorted(listed - set(self.node_of.values()) - self._silent - {r["node"] for r in self.refused})
         if not new:
             return
-        content = RecordDict({HELLO: ConfigRecord({k: v for k, v in self.hello.items()})})
+        challenge = new_challenge()
+        content = RecordDict({HELLO: ConfigRecord({**self.hello, "challenge": challenge})})
         messages = [self._message(content, n, MessageType.QUERY) for n in new]
         first = not self._greeted
         replies = self._collect(messages, self.settings.connect_timeout if first else self.settings.round_timeout)
@@ -105,9 +111,16 @@ class SiteLink:
             if reply.has_error():
                 if reply.error.code in UNAVAILABLE:
                     continue
+                if self.site_keys is not None:  # an unproven node must not be able to stop the run
+                    self._refuse(node, "?", None, f"answered the greeting with an error: {reply.error.reason.strip()}")
+                    continue
                 raise FlowerRunError(f"a site refused the experiment: {reply.error.reason.strip()}")
             answer = json.loads(str(reply.content.config_records[HELLO]["json"]))
             cid, site = answer["client"], answer["site"]
+            problem = self._claim_problem(answer, challenge)
+            if problem is not None:
+                self._refuse(node, site, cid, problem)
+                continue
             if cid in self.node_of and self.node_of[cid] != node and self.site_of[cid] != site:
                 raise FlowerRunError(f"sites {self.site_of[cid]!r} and {site!r} both claim client {cid!r}")
             self.node_of[cid], self.site_of[cid] = node, site
@@ -116,6 +129,20 @@ class SiteLink:
             if isinstance(answer.get("compute"), dict):
                 self.compute[cid] = answer["compute"]
             self.joins[cid] = self.joins.get(cid, 0) + 1
+
+    def _claim_problem(self, answer: Mapping[str, Any], challenge: str) -> str | None:
+        if self.site_keys is None:
+            return None
+        site = str(answer["site"])
+        if site not in self.site_keys:
+            return f"no key was issued for a site of that name (not among the {len(self.site_keys)} site keys)"
+        return claim_problem(self.site_keys[site], answer.get("signature"), challenge, site, answer["client"])
+
+    def _refuse(self, node: int, site: str, cid: ClientId, reason: str) -> None:
+        record = {"type": "refused", "node": node, "site": str(site), "client": cid, "reason": reason}
+        self.refused.append(record)
+        if self.on_missed is not None:
+            self.on_missed(record)
 
     def connect(self, expected: list[ClientId]) -> None:
         """Wait until every expected client's site has joined; after `connect_timeout` go on
@@ -132,9 +159,11 @@ class SiteLink:
                     for c in missing:
                         self._miss(c, {"operation": "start"})
                     return
+                refused = "".join(f"; node {r['node']} claiming site {r['site']!r} was refused: {r['reason']}"
+                                  for r in self.refused)
                 raise FlowerRunError(
                     f"only {joined} of {len(expected)} sites joined within {self.settings.connect_timeout:.0f} s "
-                    f"(min_sites = {self.settings.min_sites}); missing clients: {missing}")
+                    f"(min_sites = {self.settings.min_sites}); missing clients: {missing}{refused}")
             time.sleep(max(self.settings.poll_interval, 0.2))
 
     def site_name(self, cid: ClientId) -> str:

@@ -45,7 +45,7 @@ class FlowerRuntime:
         return {"runtime": "flower",
                 "sites": {self.link.site_name(c): c for c in sorted(self.link.site_of)},
                 "site_compute": {self.link.site_name(c): f for c, f in sorted(self.link.compute.items())},
-                "missed": self.link.missed}
+                "missed": self.link.missed, "refused": self.link.refused}
 
     def notes(self) -> list[str]:
         """For the report: that the sites' data are synthetic, and each site that missed
@@ -58,6 +58,7 @@ class FlowerRuntime:
                 where += f" round {m['round']}"
             by_site.setdefault(m["site"], []).append(f"{where} ({m['operation']})".strip())
         notes += [f"Site {site!r} did not answer: {'; '.join(what)}." for site, what in sorted(by_site.items())]
+        notes += [f"A node claiming site {r['site']!r} was refused: {r['reason']}." for r in self.link.refused]
         return notes + self._compute_notes()
 
     def _compute_notes(self) -> list[str]:
