@@ -27,7 +27,7 @@ from fedcare.data.unbc.synthetic import generate_pain_cohort
 from fedcare.studies import run as run_module
 from fedcare.studies.checkpoint import CHECKPOINT_FILE
 from fedcare.studies.pain.config import PainExperiment
-from fedcare.studies.rundir import RunDirectory, RunDirectoryExists
+from fedcare.studies.rundir import RunDirectory, RunDirectoryExists, mark_if_crashed, update_run_info
 from fedcare.studies.run import build_report, resume_study, run_study
 
 SUBJECTS = [42, 43, 80]
@@ -176,6 +176,10 @@ def test_a_sigkilled_run_resumes_to_byte_identical_records(cohort, reference, tm
     partial = tmp_path / "run.partial"
     kept = json.loads((partial / "run.json").read_text())
     assert kept["status"] == "running" and 5 <= kept["progress"]["units_done"] < kept["progress"]["units_total"]
+    # the killed process could write nothing: the next fedcare command that meets the run says it crashed
+    again = CliRunner().invoke(app, ["run", str(config), "--out", str(out)])
+    assert again.exit_code == 2 and f"{partial}: a crashed run is kept here" in again.output
+    assert json.loads((partial / "run.json").read_text())["status"] == "crashed"
     resumed = cli("resume", str(partial))
     stdout, stderr = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, stderr
@@ -184,6 +188,7 @@ def test_a_sigkilled_run_resumes_to_byte_identical_records(cohort, reference, tm
     assert "| FP(N) |" in stdout and not partial.exists()
     assert not (out / CHECKPOINT_FILE).exists() and not (out / ".lock").exists()  # only what continuing needed
     assert "resumed pain run" in (out / "run.log").read_text()
+    assert "crashed: the process ended without recording why" in (out / "run.log").read_text()
 
 
 @pytest.mark.timeout(600)
@@ -258,8 +263,14 @@ def test_resume_refuses_a_running_or_finished_run(cohort, reference, tmp_path):
     result = CliRunner().invoke(app, ["resume", str(reference)])
     assert result.exit_code == 2 and "this run finished" in result.output
     holder = RunDirectory.create(tmp_path / "busy")
+    update_run_info(holder.partial, status="running")
     result = CliRunner().invoke(app, ["resume", str(holder.partial)])
     assert result.exit_code == 2 and "another run is writing here" in result.output
+    assert not mark_if_crashed(holder.partial)  # alive: its lock is held
+    assert json.loads((holder.partial / "run.json").read_text())["status"] == "running"
+    holder.release()  # as the kernel does when a process dies
+    assert mark_if_crashed(holder.partial) and not mark_if_crashed(holder.partial)
+    assert json.loads((holder.partial / "run.json").read_text())["status"] == "crashed"
     holder.remove()
     assert CliRunner().invoke(app, ["resume", str(tmp_path / "nowhere")]).exit_code == 2
 
@@ -508,14 +519,47 @@ def test_a_protected_run_resumes_from_its_weights_only_checkpoint(tmp_path, monk
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (reference / "metrics.jsonl").read_bytes()
 
 
-def test_training_that_diverges_stops_the_run_instead_of_reporting_a_result(tmp_path):
+def test_training_that_diverges_stops_its_method_and_the_report_says_so(tmp_path):
     """`lr=1e30` gave every loss null and a report with "ACC 8.3%" (DP-SGD without clipping but
-    with noise, the other case, is now a config error: tests/test_cli_fuzz.py)."""
+    with noise, the other case, is now a config error: tests/test_cli_fuzz.py). Now each
+    method stops at its first non-finite loss, with the reason recorded and in the report."""
     config = write_config(tmp_path / "exp.toml", fedhealth2_config())
-    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run"), "--set", "train.lr=1e30"])
-    assert result.exit_code == 2, result.output
-    assert re.search(r"training diverged: a batch's loss is (nan|inf)", " ".join(result.output.split()))
-    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run"), "--set", "train.lr=1e30",
+                                      "--set", "methods=['fedavg','fedbn']"])
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "run"
+    diverged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+                if json.loads(line)["type"] == "diverged"]
+    assert [d["method"] for d in diverged] == ["fedavg", "fedbn"]
+    assert all(re.match(r"training diverged: a batch's loss is (nan|inf)", d["reason"]) for d in diverged)
+    info = json.loads((run / "run.json").read_text())
+    assert info["progress"]["units_done"] == info["progress"]["units_total"]  # the stopped units count as done
+    assert sum("stopped: training diverged" in n for n in info["notes"]) == 2
+    assert "fedbn (seed 1) stopped: training diverged" in (run / "report.html").read_text()
+
+
+def test_a_diverged_method_stops_alone_and_the_others_run_as_without_it(tmp_path, monkeypatch):
+    from fedcare.algorithms.training import TrainingDiverged
+    from fedcare.runtime.federation import Federation
+
+    config = fedhealth2_config().model_copy(update={"methods": ["fedbn", "fedavg"]})
+    reference = run_study(config, tmp_path / "reference")
+    real = Federation.run_round
+
+    def diverge_in_fedbn_round_2(self, phase, rnd, *args, **kwargs):
+        if rnd == 2 and type(self.algorithm.client).__name__ == "FedBNClient":
+            raise TrainingDiverged("training diverged: a batch's loss is nan (injected)")
+        return real(self, phase, rnd, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "run_round", diverge_in_fedbn_round_2)
+    run_study(config, tmp_path / "run")
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    expected = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines()]
+    # fedavg, after fedbn stopped, is exactly what it is in a run without the divergence
+    assert [r for r in records if r.get("method") == "fedavg"] == [r for r in expected if r.get("method") == "fedavg"]
+    assert [r["round"] for r in records if r.get("method") == "fedbn" and r["type"] == "round"] == [1]
+    assert [(r["method"], r["reason"]) for r in records if r["type"] == "diverged"] == [
+        ("fedbn", "training diverged: a batch's loss is nan (injected)")]
 
 
 def test_dp_sgd_with_vanishing_noise_reports_no_guarantee():

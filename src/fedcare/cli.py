@@ -173,11 +173,13 @@ def demo(
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by `fedcare run` or `fedcare demo`.")]) -> None:
     """Rebuild the tables, plots and report.html of a run directory from its metrics.jsonl."""
+    from fedcare.studies.rundir import mark_if_crashed
     from fedcare.studies.run import build_report
 
     if not (run_dir / "metrics.jsonl").is_file():
         _fail(f"{run_dir}: not a run directory (no metrics.jsonl)")
     try:
+        mark_if_crashed(run_dir)  # a partial directory whose process died without a word
         build_report(run_dir)
     except ValueError as e:
         _fail(str(e))

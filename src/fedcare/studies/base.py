@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from fedcare.algorithms.base import Algorithm, ClientId
-from fedcare.algorithms.training import ClientData
+from fedcare.algorithms.training import ClientData, TrainingDiverged
 from fedcare.config import ConfigError, Experiment
 from fedcare.device import Compute, DeviceUnavailable
 from fedcare.runtime.federation import Federation
@@ -260,6 +260,19 @@ class StudyProtocol(ABC):
 
     def record(self, kind: str, **fields: Any) -> None:
         self.write({"type": kind, "study": self.study.name, **fields})
+
+    def stop_if_diverged(self, seed: int, method: str, units: list[tuple], train: Callable[[], None],
+                         **point: Any) -> None:
+        """Run one method's training (`train`, whose work is the units `units`). A loss that is
+        not a number stops that method only: a "diverged" record says why, its units left are
+        counted as finished (a resume does not train it again), and the other methods go on."""
+        try:
+            train()
+        except TrainingDiverged as e:
+            self.record("diverged", method=method, seed=seed, **point, reason=str(e))
+            for key in units:
+                if not self.finished(*key):
+                    self.finish_unit(f"seed {seed}: {method} stopped (training diverged)", *key, federation=None)
 
     def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, str], metrics: str, *, method: str,
                          seed: int, **point: Any) -> dict[ClientId, dict]:

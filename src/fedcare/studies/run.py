@@ -34,6 +34,7 @@ from fedcare.studies.rundir import (
     log,
     now,
     read_run_info,
+    read_run_records,
     set_threads,
     update_run_info,
 )
@@ -134,7 +135,8 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         seconds = time.perf_counter() - t0
         records.sync()
         update_run_info(partial, **protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
-                        notes=runtime.notes() + protocol.notes() + _compute_notes(begun, changes)
+                        notes=runtime.notes() + protocol.notes() + _diverged_notes(partial)
+                        + _compute_notes(begun, changes)
                         + _version_notes(info.get("fedcare_version") if resumed else None, versions)
                         + _reproducibility_notes(study),
                         status="finished",
@@ -149,6 +151,18 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             records.close()
         e.add_note(_stopped(run, e, keep_partial, checkpoint))
         raise
+
+
+def _diverged_notes(run_dir: Path) -> list[str]:
+    """The report's note for each method whose training stopped on a loss that was not a number."""
+    records, _ = read_run_records(run_dir)
+    notes = []
+    for r in records:
+        if r.get("type") == "diverged":
+            which = f"{r['method']} (seed {r['seed']}" + (f", {r['model']}'s model" if r.get("model") else "") + ")"
+            notes.append(f"{which} stopped: {r['reason']}. Its rows cover only what it finished before; the other "
+                         "methods ran on.")
+    return notes
 
 
 def _compute_notes(begun: dict | None, changes: list[dict]) -> list[str]:

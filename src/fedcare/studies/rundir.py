@@ -124,6 +124,7 @@ class RunDirectory:
             if done.is_dir():
                 raise RunDirectoryExists(f"{done}: this run finished; there is nothing to resume")
             raise FileNotFoundError(f"{partial}: no such run directory to resume")
+        mark_if_crashed(partial)  # what the dead process could not write: the log keeps it
         try:
             lock = _take_lock(partial)
         except BlockingIOError:
@@ -173,6 +174,32 @@ def _take_lock(folder: Path) -> IO[str]:
     return handle
 
 
+def _lock_held(partial: Path) -> bool:
+    """Whether a live process holds the partial directory's lock (the kernel frees it however a process ends)."""
+    try:
+        with open(partial / LOCK_FILE, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when closed
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+CRASHED = ("the process ended without recording why (killed with SIGKILL, out of memory, or a crash in native "
+           "code: see the end of run.log and the terminal's output)")
+
+
+def mark_if_crashed(partial: Path) -> bool:
+    """A run.json still saying "running" with no process holding the lock is a run that died
+    without a word (a crash can write nothing itself): record it as "crashed". True if it was."""
+    if not partial.is_dir() or read_run_info(partial)[0].get("status") != "running" or _lock_held(partial):
+        return False
+    update_run_info(partial, status="crashed", error=CRASHED)
+    log(partial, f"crashed: {CRASHED}")
+    return True
+
+
 def describe_partial(partial: Path) -> str:
     """Why a partial directory cannot be taken: a live run holds it, or an interrupted one left it."""
     holder = {}
@@ -180,20 +207,14 @@ def describe_partial(partial: Path) -> str:
         holder = json.loads((partial / LOCK_FILE).read_text() or "{}")
     except (OSError, json.JSONDecodeError):
         pass
-    try:
-        with open(partial / LOCK_FILE, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when closed
-        held = False
-    except BlockingIOError:
-        held = True
-    except OSError:
-        held = False
-    if held:
+    if _lock_held(partial):
         who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('since', '?')}"
         return f"{partial}: another run is writing here ({who}); choose another --out"
+    how = "a crashed run" if mark_if_crashed(partial) or read_run_info(partial)[0].get("status") == "crashed" \
+        else "an interrupted run"
     progress = read_run_info(partial)[0].get("progress") or {}
     done = f" ({progress.get('units_done', 0)} of {progress.get('units_total', '?')} units finished)" if progress else ""
-    return (f"{partial}: an interrupted run is kept here{done}; continue it with `fedcare resume {partial}` "
+    return (f"{partial}: {how} is kept here{done}; continue it with `fedcare resume {partial}` "
             f"or remove the directory")
 
 

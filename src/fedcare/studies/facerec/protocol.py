@@ -49,25 +49,31 @@ class FacerecProtocol(StudyProtocol):
             return self.study.new_model(classes)
 
     def run(self) -> None:
-        rounds, paths = self.config.protocol.rounds, self.config.protocol.paths
+        rounds = self.config.protocol.rounds
         clients = sorted(self.runtime.summaries())
         training = self.training_clients()
         for seed in self.config.seeds:
             for method in self.config.methods:
-                done = [r for r in range(1, rounds + 1) if self.finished(seed, method, r)]
-                if len(done) == rounds:
+                units = [(seed, method, r) for r in range(1, rounds + 1)]
+                if all(self.finished(*u) for u in units):
                     continue
-                labels = labels_of(method)
-                federation = self.runtime.federation(self.new_model(seed, method), method, seed,
-                                                     label={"method": method, "seed": seed})
-                if done:
-                    federation.load_state_dict(self.checkpoint.state("federation"))
-                for rnd in range(len(done) + 1, rounds + 1):
-                    info = federation.run_round("train", rnd, {c: f"train/{labels}" for c in training})
-                    self.record("round", method=method, seed=seed, phase="train", round=rnd, **info)
-                    if rnd == rounds:
-                        for path in range(1, paths + 1):
-                            self.evaluate_clients(federation, {c: f"eval/{labels}/{path}" for c in clients}, METRICS,
-                                                  method=method, seed=seed, round=rnd)
-                    self.finish_unit(f"seed {seed}: {method} round {rnd}", seed, method, rnd,
-                                     federation=federation.state_dict if rnd < rounds else None)
+                self.stop_if_diverged(seed, method, units, lambda: self.run_method(seed, method, clients, training))
+
+    def run_method(self, seed: int, method: str, clients: list, training: list) -> None:
+        """The rounds; a resumed run takes the federation back after its last finished round."""
+        rounds, paths = self.config.protocol.rounds, self.config.protocol.paths
+        done = [r for r in range(1, rounds + 1) if self.finished(seed, method, r)]
+        labels = labels_of(method)
+        federation = self.runtime.federation(self.new_model(seed, method), method, seed,
+                                             label={"method": method, "seed": seed})
+        if done:
+            federation.load_state_dict(self.checkpoint.state("federation"))
+        for rnd in range(len(done) + 1, rounds + 1):
+            info = federation.run_round("train", rnd, {c: f"train/{labels}" for c in training})
+            self.record("round", method=method, seed=seed, phase="train", round=rnd, **info)
+            if rnd == rounds:
+                for path in range(1, paths + 1):
+                    self.evaluate_clients(federation, {c: f"eval/{labels}/{path}" for c in clients}, METRICS,
+                                          method=method, seed=seed, round=rnd)
+            self.finish_unit(f"seed {seed}: {method} round {rnd}", seed, method, rnd,
+                             federation=federation.state_dict if rnd < rounds else None)

@@ -109,4 +109,5 @@ class FedHealth2Protocol(StudyProtocol):
                 pretrained = self.pretrain(seed, clients)
                 self.finish_unit(f"seed {seed}: pretrain", seed, "pretrain", pretrained=pretrained)
             for method in self.config.methods:
-                self.run_method(method, seed, clients, pretrained)
+                units = [(seed, method, r) for r in range(1, self.config.train.rounds + 1)]
+                self.stop_if_diverged(seed, method, units, lambda: self.run_method(method, seed, clients, pretrained))

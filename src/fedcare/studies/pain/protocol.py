@@ -168,4 +168,5 @@ class PainProtocol(StudyProtocol):
                 inits[kind] = self.pretrain(seed, kind, random_init)
                 self.finish_unit(f"seed {seed}: pretrain {kind}", seed, f"pretrain {kind}", **{f"init {kind}": inits[kind]})
             for method in methods:
-                self.run_method(method, seed, inits[method.init])
+                units = [(seed, method.label, s) for s in self.test_sessions]
+                self.stop_if_diverged(seed, method.label, units, lambda: self.run_method(method, seed, inits[method.init]))

@@ -25,6 +25,8 @@ client's model. A resumed run takes the running federation back from the checkpo
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -123,7 +125,10 @@ class SurgicalProtocol(StudyProtocol):
                         train = {POOLED: self.runtime.pool({c: "train" for c in clients})}
                     elif train is None:
                         train = {c: "train" for c in clients}
-                    self.run_rounds(method, seed, initial, train, clients, key, owner)
+                    units = [(*key, r) for r in range(1, self.config.train.rounds + 1)]
+                    point = {} if owner is None else {"model": owner}
+                    self.stop_if_diverged(seed, method, units, functools.partial(
+                        self.run_rounds, method, seed, initial, train, clients, key, owner), **point)
 
     def run_rounds(self, method: str, seed: int, initial: dict, train: dict, clients: list[str], key: tuple,
                    owner: str | None) -> None:
