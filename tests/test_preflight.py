@@ -82,17 +82,20 @@ def test_the_check_names_the_site_and_each_problem():
     empty_test = {**good, "splits": {**good["splits"], "test": {"examples": 0, "labels": {"x": 0, "y": 0}}}}
     result = check({"a": (1, summary({"x": 7, "y": 0}, {"x": 1, "y": 0})),
                     "b": (2, summary({"x": 7, "y": 3, "z": 1}, {"x": 1, "y": 1}, copy=2)),
-                    "c": (3, empty_test), "d": (4, None)}, expected)
+                    "c": (3, empty_test), "d": (4, None), "e": (5, {"unit": "frames", "splits": {"train": 3}})},
+                   expected)
     assert not result.ok
     assert result.problems == [
         "site 'a' (1): tool 'y' never occurs in its train frames",
         "site 'b' (2): label set mismatch: it has tools ['z'] that the experiment does not know (it knows ['x', 'y'])",
         "site 'c' (3): its test split is empty",
+        "site 'e' (5) sent a malformed data summary",
         "the sites' data differ in copy (b: 2, c: 1): every site must hold the same copy",
     ]
     assert result.warnings == ["site 'a' (1): tool 'y' never occurs in its test frames",
                                "site 'c' (3): tool 'y' never occurs in its test frames",
                                "site 'd' (4) gave no data summary (its study has none)"]
+    assert result.sites["e"]["summary"] is None  # what a site sent malformed is not kept
 
 
 def _without_clipper(copies: Path, root: Path) -> Path:

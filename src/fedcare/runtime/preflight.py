@@ -112,6 +112,29 @@ def describe(summary: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _is_count(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or (
+        isinstance(value, str) and value.startswith("<") and value[1:].isdigit())
+
+
+def well_formed(summary: Any) -> bool:
+    """Whether a summary read from a site's message has the shape `site_summary` gives it (a
+    site's message is not trusted: a malformed one is refused, not indexed into)."""
+    if not (isinstance(summary, dict) and isinstance(summary.get("unit"), str)
+            and isinstance(summary.get("splits"), dict) and isinstance(summary.get("dataset", {}), dict)
+            and _is_count(summary.get("min_count"))):
+        return False
+    for split in summary["splits"].values():
+        if not isinstance(split, dict):
+            return False
+        labels = split.get("labels", {})
+        if not isinstance(labels, dict) or not all(_is_count(v) for v in labels.values()):
+            return False
+        if not all(_is_count(v) for k, v in split.items() if k != "labels"):
+            return False
+    return True
+
+
 def check(answers: Mapping[str, tuple[Any, dict | None]], expected: Expectations) -> Preflight:
     """Check each site's summary (`answers`: site name -> (client, summary)) against `expected`."""
     problems: list[str] = []
@@ -121,6 +144,10 @@ def check(answers: Mapping[str, tuple[Any, dict | None]], expected: Expectations
         who = f"site {name!r} ({client})"
         if summary is None:
             warnings.append(f"{who} gave no data summary (its study has none)")
+            continue
+        if not well_formed(summary):
+            problems.append(f"{who} sent a malformed data summary")
+            answers = {**answers, name: (client, None)}  # kept out of run.json and the report
             continue
         unit, splits = summary["unit"], summary["splits"]
         for split in expected.splits:
