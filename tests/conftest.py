@@ -7,9 +7,10 @@ import torch
 
 
 # pytest-xdist (`-n 2 --dist loadfile`, pyproject.toml) hands test files to its workers in
-# collection order. The Flower deployment tests take about 7 minutes, most of it waiting on
-# Flower's polls: collected first, they start at once and the other worker runs the rest meanwhile.
-FIRST_FILES = ("test_flower_deploy.py",)
+# collection order. The Flower deployment tests (pain; surgical and face) take minutes each, most
+# of it waiting on Flower's polls: collected first, one file per worker, they start at once and
+# the rest of the suite follows on whichever worker is free.
+FIRST_FILES = ("test_flower_deploy.py", "test_flower_deploy_studies.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -73,9 +73,9 @@ def simulation_backend() -> Iterator[str]:
             sys.modules[name] = saved
 
 
-def run_experiment_on_flower(config, out, sites: int, name: str = "experiment.toml") -> None:
+def run_experiment_on_flower(config, out, sites: int, name: str = "experiment.toml", **run_config) -> None:
     """`config` on Flower's Simulation Engine (in process), `sites` SuperNodes, into `out`: the
-    same ServerApp and ClientApp `fedcare flower` deploys."""
+    same ServerApp and ClientApp `fedcare flower` deploys (`run_config`: more of its run config)."""
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
@@ -86,7 +86,7 @@ def run_experiment_on_flower(config, out, sites: int, name: str = "experiment.to
 
     @server.main()
     def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": name, "out": str(out)})
+        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": name, "out": str(out), **run_config})
 
     InProcessBackend.workers = sites
     with simulation_backend() as backend:

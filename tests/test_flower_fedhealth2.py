@@ -52,6 +52,11 @@ def test_fedhealth2_natural_split_on_flower_equals_the_simulator(pamap2, tmp_pat
     assert records(tmp_path / "flower", "client_eval", "round") == expected  # every loss and accuracy, bit for bit
     info = json.loads((tmp_path / "flower" / "run.json").read_text())
     assert info["split"] == "natural" and info["sites"] == {str(s): s for s in SUBJECTS} and info["missed"] == []
+    # the preflight: each subject's windows per activity, checked against the ten the model predicts
+    preflight = info["preflight"]
+    assert preflight["ok"] and sorted(preflight["sites"]) == [str(s) for s in SUBJECTS]
+    labels = preflight["sites"]["101"]["summary"]["splits"]["train"]["labels"]
+    assert list(labels)[:3] == ["lying", "sitting", "standing"] and len(labels) == 10
 
 
 def test_natural_split_reads_every_subject_and_xray_site_folder_in_process(pamap2, tmp_path):

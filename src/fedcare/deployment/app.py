@@ -4,17 +4,18 @@ the one place that binds studies (`fedcare.studies.registry`) to the Flower runt
 (`fedcare.runtime.flower`, which imports no study).
 
 Run config (see `flwr_app/pyproject.toml`): `experiment` (the TOML text), `experiment-name`,
-`out` (the run directory, on the coordinator), and for Flower's Simulation Engine `data-dir`
+`out` (the run directory, on the coordinator), `preflight-only` (check the sites' data
+summaries, write `out`/preflight.json and stop), and for Flower's Simulation Engine `data-dir`
 and `state-dir` (simulated nodes have no node config of their own).
 
 Node config of a SuperNode: `site` (which site it is; see [deployment.sites]), `data-dir`
-(its own data) and `state-dir` (where it keeps its private state between rounds).
+(its own data), `state-dir` (where it keeps its private state between rounds) and
+`preflight-min-count` (its data summary's suppression threshold, default 5).
 """
 
 from __future__ import annotations
 
 import json
-
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,11 @@ from pydantic import ValidationError
 
 from fedcare.config import ConfigError, Experiment, Runtime
 from fedcare.data.common import DataError
+from fedcare.files import atomic_write_text
 from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, STATE_DIR_KEY, build_client_app
 from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
 from fedcare.runtime.flower.runtime import FlowerRuntime
+from fedcare.runtime.preflight import Preflight, check_sites, refuse
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study
@@ -71,17 +74,36 @@ def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
     if not str(rc.get("out", "")):
         raise FlowerRunError("run config 'out' is empty: the run directory to write on the coordinator")
     config = parse_config(text, name)
-    check_experiment(config, name)
+    study = check_experiment(config, name)
     keys = str(rc.get("site-keys", ""))
     site_keys = json.loads(keys) if keys else None  # {site: its public key}: each node must prove its site
+    if str(rc.get(PREFLIGHT_ONLY_KEY, "")).lower() in ("1", "true", "yes"):
+        link = SiteLink(grid, {"experiment": text, "name": name}, link_settings(config), site_keys=site_keys)
+        link.connect(study.clients())
+        write_preflight(check_sites(link, study.preflight_expectations()), Path(str(rc["out"])))
+        return
 
     def runtime(study: Study, write: Records) -> FlowerRuntime:
         link = SiteLink(grid, {"experiment": text, "name": name}, link_settings(config), on_missed=write,
                         site_keys=site_keys)
         link.connect(study.clients())
-        return FlowerRuntime(link, study.algorithm)
+        preflight = check_sites(link, study.preflight_expectations())
+        refuse(preflight)  # before any training: a site without what the experiment needs stops the run here
+        return FlowerRuntime(link, study.algorithm, preflight)
 
     run_study(config, Path(str(rc["out"])), config_file=name, runtime_factory=runtime)
+
+
+PREFLIGHT_ONLY_KEY = "preflight-only"  # run config: greet the sites, check their data, write preflight.json, stop
+PREFLIGHT_FILE = "preflight.json"
+
+
+def write_preflight(preflight: Preflight, out: Path) -> None:
+    """`fedcare flower run --preflight-only`: the check into `out`/preflight.json (on the
+    coordinator), then stop; a failed check fails the run, naming each site and problem."""
+    out.mkdir(parents=True, exist_ok=False)
+    atomic_write_text(out / PREFLIGHT_FILE, json.dumps(preflight.as_json(), indent=2) + "\n")
+    refuse(preflight)
 
 
 DEVICE_KEY = "device"  # node config: the device this site computes on (`fedcare flower supernode --device`)

@@ -197,6 +197,8 @@ def supernode(
                                                     "(repeatable; default the ClientApp of `fedcare flower run`).")] = [],
     device: Annotated[Optional[str], typer.Option(help="The device this site trains on: auto, cpu, cuda, cuda:N or mps "
                                                        "(default: the experiment's \\[runtime] device).")] = None,
+    preflight_min_count: Annotated[int, typer.Option(help="In this site's data summary (preflight), counts below "
+                                                          "this are sent as '<N'.")] = 5,
     dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
 ) -> None:
     """Site: start a Flower SuperNode for this site."""
@@ -209,7 +211,10 @@ def supernode(
     if auth_key is not None and auth_key.is_file() and auth_key.stat().st_mode & 0o077:
         _fail(f"--auth-key {auth_key}: readable by others (mode {auth_key.stat().st_mode & 0o777:o}); "
               f"it is this site's identity: chmod 600 {auth_key}")
-    settings = [("site", site), ("data-dir", data_dir.resolve()), ("state-dir", state_dir.resolve())]
+    if preflight_min_count < 1:
+        _fail(f"--preflight-min-count {preflight_min_count}: at least 1 (1: no suppression)")
+    settings = [("site", site), ("data-dir", data_dir.resolve()), ("state-dir", state_dir.resolve()),
+                ("preflight-min-count", preflight_min_count)]
     if device is not None:
         from fedcare.config import DEVICE_PATTERN
         from fedcare.device import DeviceUnavailable, resolve_device
@@ -292,6 +297,23 @@ def run_status(federation: str, run_id: int) -> dict:
         raise RuntimeError(f"flwr ls gave no status for run {run_id}: {out.stdout}{out.stderr}") from None
 
 
+def _print_preflight(out: Path) -> None:
+    """The sites' data summaries of a --preflight-only run, when its directory is on this machine."""
+    from fedcare.deployment.app import PREFLIGHT_FILE
+    from fedcare.runtime.preflight import describe
+
+    path = out / PREFLIGHT_FILE
+    if not path.is_file():
+        print(f"Preflight passed; its summary is on the coordinator's machine: {path}")
+        return
+    preflight = json.loads(path.read_text())
+    for name, site in preflight["sites"].items():
+        print(f"{name} ({site['client']}): {describe(site['summary']) if site['summary'] else 'no summary'}")
+    for warning in preflight["warnings"]:
+        print(f"warning: {warning}")
+    print(f"Preflight passed: {path}")
+
+
 @flower_app.command("run")
 def run_command(
     config: Annotated[Path, typer.Argument(help="Experiment TOML file (as for `fedcare run`).")],
@@ -305,6 +327,8 @@ def run_command(
                                                            "<site>.pub files): each site must prove it holds its key.")] = None,
     unverified_sites: Annotated[bool, typer.Option(help="Take each SuperNode at its word about which site it is "
                                                         "(a local trial only; any registered node could claim any site).")] = False,
+    preflight_only: Annotated[bool, typer.Option(help="Only check each site's data summary against the experiment "
+                                                      "(written to OUT/preflight.json), then stop; no training.")] = False,
 ) -> None:
     """Researcher: run an experiment across the sites, wait for it, fail unless it completed."""
     from fedcare.config import ConfigError, to_toml
@@ -334,7 +358,7 @@ def run_command(
         _fail(f"{out}: run directory already exists; choose another --out or remove it")
     run_config = {"experiment": to_toml(experiment), "experiment-name": config.name, "out": str(out),
                   "data-dir": str(data_dir.resolve()) if data_dir else "", "state-dir": str(state_dir.resolve()) if state_dir else "",
-                  "site-keys": json.dumps(keys) if keys is not None else ""}
+                  "site-keys": json.dumps(keys) if keys is not None else "", "preflight-only": preflight_only}
     with tempfile.TemporaryDirectory(prefix="fedcare-flwr-") as tmp:
         app = Path(tmp) / "app"
         shutil.copytree(app_dir(), app)  # flwr may write into the app folder: never into the installed package
@@ -359,6 +383,9 @@ def run_command(
     if status["status"] != FINISHED_OK:
         _fail(f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip())
     console.print(f"run {run_id} completed in {time.perf_counter() - t0:.0f} s")
+    if preflight_only:
+        _print_preflight(out)
+        return
     if (out / "report.html").is_file():
         from fedcare.studies.run import summary_markdown
 

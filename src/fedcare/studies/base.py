@@ -34,6 +34,7 @@ from fedcare.config import ConfigError, Experiment
 from fedcare.device import Compute, DeviceUnavailable
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
+from fedcare.runtime.preflight import Expectations
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies.checkpoint import Checkpoint, NoCheckpoint
 from fedcare.studies.rundir import Progress
@@ -142,6 +143,11 @@ class Study(ABC):
             raise SiteError(f"site {site!r} holds client {client!r}, which is not one of the experiment's clients "
                             f"{expected}")
         return client
+
+    def preflight_expectations(self) -> Expectations:
+        """What every site's data must hold, checked on the sites' aggregate summaries before
+        the first round (`fedcare.runtime.preflight`); nothing by default."""
+        return Expectations()
 
     def check_deployable(self, name: str) -> None:
         """Refuse, before any site is contacted, what cannot run across sites (methods that

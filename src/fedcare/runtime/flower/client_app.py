@@ -31,12 +31,14 @@ from fedcare.runtime.flower.identity import SiteKeyError, sign_claim
 from fedcare.runtime.flower.link import HELLO
 from fedcare.runtime.flower.records import OPS, decode_ops, encode_results, record_to_tensors, tensors_to_record
 from fedcare.runtime.flower.site import FactorySite, SiteError, SiteNode
+from fedcare.runtime.preflight import DEFAULT_MIN_COUNT, site_summary
 from fedcare.runtime.sites import Builder, Site
 
 # node config keys: which site a SuperNode is, where its data and state live, and the key
 # that proves it (the SuperNode's --auth-key: the greeting's challenge is signed with it)
 SITE_KEY, DATA_DIR_KEY, STATE_DIR_KEY, AUTH_KEY_KEY = "site", "data-dir", "state-dir", "auth-key"
 PARTITION_ID_KEY = "partition-id"  # set by Flower's Simulation Engine instead
+MIN_COUNT_KEY = "preflight-min-count"  # node config: counts below it leave the site as "<k" (default 5)
 GREETING = "fedcare-greeting"  # Context.state: what the site was greeted with
 
 # (the greeting's content, the node's context) -> the site and the builder of its model and algorithms
@@ -86,6 +88,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         name = _site_name(context, site)
         answer = {"client": site.client, "site": name, "summary": site.summary(),
                   "synthetic": bool(site.synthetic),
+                  "preflight": site_summary(site, _min_count(context)),  # aggregates only, small counts suppressed
                   # threads as the experiment set them; the device and precision this site computes in
                   "compute": {**compute_facts(), **(opened[1].compute.facts() if hasattr(opened[1], "compute") else {})}}
         key_file = context.node_config.get(AUTH_KEY_KEY)
@@ -121,6 +124,15 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
                        reply_to=msg)
 
     return app
+
+
+def _min_count(context: Context) -> int:
+    """The site's own suppression threshold (its SuperNode's choice, never the experiment's)."""
+    value = context.node_config.get(MIN_COUNT_KEY, DEFAULT_MIN_COUNT)
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        raise SiteError(f"node config {MIN_COUNT_KEY}: {value!r} is not a whole number") from None
 
 
 def _site_name(context: Context, site: Site) -> str:

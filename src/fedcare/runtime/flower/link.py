@@ -79,6 +79,7 @@ class SiteLink:
         self.site_of: dict[ClientId, str] = {}
         self.summaries: dict[ClientId, dict] = {}
         self.synthetic: dict[ClientId, bool] = {}
+        self.preflight: dict[ClientId, dict | None] = {}  # each site's data summary (fedcare.runtime.preflight)
         self.compute: dict[ClientId, dict] = {}  # each site's torch, CPU kernels and threads (fedcare.compute)
         self.joins: dict[ClientId, int] = {}  # how often each client has (re)joined
         self.missed: list[dict] = []
@@ -126,6 +127,7 @@ class SiteLink:
             self.node_of[cid], self.site_of[cid] = node, site
             self.summaries[cid] = answer["summary"]
             self.synthetic[cid] = answer["synthetic"]
+            self.preflight[cid] = answer.get("preflight")
             if isinstance(answer.get("compute"), dict):
                 self.compute[cid] = answer["compute"]
             self.joins[cid] = self.joins.get(cid, 0) + 1

@@ -14,14 +14,16 @@ from fedcare.algorithms.training import ClientData
 from fedcare.compute import describe, same_arithmetic
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, SiteLink
+from fedcare.runtime.preflight import Preflight
 
 
 class FlowerRuntime:
     local_data = None  # the data stay at the sites: nothing can be pooled
 
-    def __init__(self, link: SiteLink, algorithm: Callable[[str], Algorithm]):
+    def __init__(self, link: SiteLink, algorithm: Callable[[str], Algorithm], preflight: Preflight | None = None):
         self.link = link
         self.algorithm = algorithm
+        self.preflight = preflight  # the sites' data summaries, checked before the first round
         self._namespaces = itertools.count()
 
     @property
@@ -45,7 +47,8 @@ class FlowerRuntime:
         return {"runtime": "flower",
                 "sites": {self.link.site_name(c): c for c in sorted(self.link.site_of)},
                 "site_compute": {self.link.site_name(c): f for c, f in sorted(self.link.compute.items())},
-                "missed": self.link.missed, "refused": self.link.refused}
+                "missed": self.link.missed, "refused": self.link.refused,
+                **({"preflight": self.preflight.as_json()} if self.preflight is not None else {})}
 
     def notes(self) -> list[str]:
         """For the report: that the sites' data are synthetic, and each site that missed
@@ -59,7 +62,7 @@ class FlowerRuntime:
             by_site.setdefault(m["site"], []).append(f"{where} ({m['operation']})".strip())
         notes += [f"Site {site!r} did not answer: {'; '.join(what)}." for site, what in sorted(by_site.items())]
         notes += [f"A node claiming site {r['site']!r} was refused: {r['reason']}." for r in self.link.refused]
-        return notes + self._compute_notes()
+        return notes + (self.preflight.notes() if self.preflight is not None else []) + self._compute_notes()
 
     def _compute_notes(self) -> list[str]:
         """A note when the sites do not all compute alike: then no single machine's simulator run

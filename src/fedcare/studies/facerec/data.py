@@ -117,6 +117,14 @@ class FaceSite:
         f = self.faces
         return {"classes": f.n_classes, "global_classes": self.classes["global"], "train": len(f.train), "val": len(f.val), "test": len(f.test)}
 
+    def inventory(self) -> dict:
+        """Exact counts for the preflight (`fedcare.runtime.preflight`, which suppresses the
+        small ones before they leave the site): images and identities per split, and the
+        identities of the whole partition, which every site derives from the same copy."""
+        splits = {name: {"examples": len(split.rows), "identities": len(np.unique(split.identities))}
+                  for name in ("train", "val", "test") for split in [getattr(self.faces, name)]}
+        return {"unit": "images", "splits": splits, "dataset": {"global_identities": self.classes["global"]}}
+
     def train(self, labels: str) -> FaceData:
         return FaceData(*self._split("train", labels), classes=self.classes[labels])
 

@@ -11,6 +11,7 @@ from torch import nn
 from fedcare.algorithms import Algorithm
 from fedcare.models.face_resnet import FaceResNet
 from fedcare.runtime.local import LocalRuntime
+from fedcare.runtime.preflight import Expectations
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study
 from fedcare.studies.facerec import data as frdata
@@ -52,6 +53,11 @@ class FacerecStudy(Study):
     def clients(self) -> list[int]:
         d = self.config.data
         return list(range(1, (20 if d.partition == "attribute" else d.clients) + 1))
+
+    def preflight_expectations(self) -> Expectations:
+        """Training images (for training, or tuning at an unseen client) and test images at
+        every site; every site's partition of its copy has the same identities (`FaceSite.inventory`)."""
+        return Expectations(splits=("train", "test"))
 
     def open_site(self, site: str, data_dir: Path, cache_dir: Path | None = None) -> frdata.FaceSite:
         """A site holds one client: it partitions its CelebA copy (`data_dir`) as every site

@@ -26,6 +26,7 @@ from fedcare.algorithms.base import ClientId
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
 from fedcare.data.partition import dirichlet_label_split, train_test_split_per_client
+from fedcare.data.pamap2.reader import PAPER_CLASS_NAMES
 from fedcare.data.xray.reader import CLASSES, XrayLayoutError, find_class_root, load_xray, read_xray
 from fedcare.seeding import numpy_rng
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
@@ -58,6 +59,18 @@ class FedHealth2Site:
         """Training examples per run seed (a client with fewer than 2 sits a seed out)."""
         return {"train": {str(seed): len(self.split(seed)[0]) for seed in self.config.seeds}}
 
+    def inventory(self) -> dict:
+        """Exact counts for the preflight (`fedcare.runtime.preflight`, which suppresses the
+        small ones before they leave the site): examples per class in the first run seed's
+        train and test splits (a label past the known classes is named by its index)."""
+        names = class_names(self.config)
+        splits = {}
+        for name, index in zip(("train", "test"), self.split(self.config.seeds[0])):
+            counts = np.bincount(self.y.numpy()[index], minlength=len(names))
+            splits[name] = {"examples": len(index),
+                            "labels": {names[i] if i < len(names) else f"class {i}": int(n) for i, n in enumerate(counts)}}
+        return {"unit": "examples", "splits": splits}
+
     def data(self, ref: str) -> ClientData:
         kind, _, seed_text = ref.partition("/")
         if kind not in ("train", "test", "pretrain") or not seed_text.lstrip("-").isdigit():
@@ -76,6 +89,11 @@ class FedHealth2Site:
                 index = train[np.sort(share[: max(2, int(self.config.protocol.pretrain_fraction * len(train)))])]
             self._cache[kind] = subset(self.x, self.y, index)
         return self._cache[kind]
+
+
+def class_names(config: FedHealth2Experiment) -> tuple[str, ...]:
+    """The classes the model predicts, by name: the four X-ray classes or the paper's ten activities."""
+    return tuple(CLASSES) if config.data.dataset == "xray" else PAPER_CLASS_NAMES
 
 
 def subset(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> ClientData:

@@ -13,6 +13,7 @@ from fedcare.algorithms.base import ClientId
 from fedcare.config import ConfigError
 from fedcare.data.xray.reader import CLASSES
 from fedcare.runtime.local import LocalRuntime
+from fedcare.runtime.preflight import Expectations
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study
 from fedcare.studies.fedhealth2 import data as fh2data
@@ -80,6 +81,10 @@ class FedHealth2Study(Study):
         if not Path(data_dir).is_dir():
             raise SiteError(f"site {site!r}: data directory {data_dir} does not exist")
         return self._site(client, fh2data.read_client(Path(data_dir), client, self.config))
+
+    def preflight_expectations(self) -> Expectations:
+        """Training and test examples at every site, labelled with the classes the model predicts."""
+        return Expectations(splits=("train", "test"), labels=fh2data.class_names(self.config), label_kind="class")
 
     def check_deployable(self, name: str) -> None:
         p = self.config.protocol

@@ -249,6 +249,15 @@ class PainSite:
         return {"sessions": len(self.sessions), "has_frames": has_frames,
                 "trainable": [bool(p > 0 and q > 0) for p, q in zip(pos, neg)]}
 
+    def inventory(self) -> dict:
+        """Exact counts for the preflight (`fedcare.runtime.preflight`, which suppresses the
+        small ones before they leave the site): the subject's frames, sessions and frames per label."""
+        frames = sum(len(s.labels) for s in self.sessions)
+        pain = sum(s.positives for s in self.sessions)
+        return {"unit": "frames", "splits": {"sessions": {
+            "examples": frames, "sessions": sum(len(s.labels) > 0 for s in self.sessions),
+            "labels": {"no pain": frames - pain, "pain": pain}}}}
+
     def data(self, ref: str) -> ClientData:
         kind, _, rest = ref.partition("/")
         if kind == "session":

@@ -12,6 +12,7 @@ from fedcare.algorithms import Algorithm
 from fedcare.config import ConfigError
 from fedcare.models.pain_cnn import PainCNN
 from fedcare.runtime.local import LocalRuntime
+from fedcare.runtime.preflight import Expectations
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study
 from fedcare.studies.pain.cohort import PainSite, read_cohort
@@ -76,6 +77,11 @@ class PainStudy(Study):
             raise SiteError(f"site {site!r}: data directory {data_dir} does not exist")
         cohort = read_cohort(self.config, Path(data_dir), [subject])
         return PainSite(subject, cohort.sessions[subject], self.config.protocol.balance_per_class, cohort.synthetic)
+
+    def preflight_expectations(self) -> Expectations:
+        """Frames at every site, labelled pain or no pain; a subject never in pain is noted (it
+        has no balanced training set: it is tested, never trained)."""
+        return Expectations(splits=("sessions",), labels=("no pain", "pain"), wanted={"sessions": ("pain",)})
 
     def check_deployable(self, name: str) -> None:
         if self.config.privacy is not None and self.config.privacy.audit is not None:

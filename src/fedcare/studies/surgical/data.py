@@ -34,7 +34,7 @@ import torch
 
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
-from fedcare.data.surgical.clients import CLIENT_SOURCES, FrameCache, SurgicalClients, SurgicalVideo, default_cache_dir, thesis_clients
+from fedcare.data.surgical.clients import CLIENT_SOURCES, TOOLS, FrameCache, SurgicalClients, SurgicalVideo, default_cache_dir, thesis_clients
 from fedcare.studies.rundir import SYNTHETIC_DIR, Progress
 from fedcare.studies.surgical.config import SurgicalExperiment
 
@@ -104,6 +104,17 @@ class SurgicalSite:
     def summary(self) -> dict:
         """Frames per split (the protocol weights clients by their training frames)."""
         return {split: len(self.sets[split]) for split in SPLITS}
+
+    def inventory(self) -> dict:
+        """Exact counts for the preflight (`fedcare.runtime.preflight`, which suppresses the
+        small ones before they leave the site): frames, videos and frames per tool per split."""
+        splits = {}
+        for split in SPLITS:
+            y = self.sets[split].y
+            per_tool = y.sum(dim=0).long().tolist() if len(y) else [0] * len(TOOLS)
+            splits[split] = {"examples": len(y), "videos": len(self.videos[split]),
+                             "labels": dict(zip(TOOLS, per_tool))}
+        return {"unit": "frames", "splits": splits}
 
     def data(self, ref: str) -> ClientData:
         if ref not in self.sets:

@@ -11,8 +11,9 @@ from torch import nn
 
 from fedcare.algorithms import Algorithm
 from fedcare.config import ConfigError
-from fedcare.data.surgical.clients import CLIENT_SOURCES
+from fedcare.data.surgical.clients import CLIENT_SOURCES, TOOLS
 from fedcare.runtime.local import LocalRuntime
+from fedcare.runtime.preflight import Expectations
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study
 from fedcare.studies.rundir import Progress
@@ -105,6 +106,13 @@ class SurgicalStudy(Study):
                                      path if dataset == "heichole" else None, sdata.frame_cache(site_config, cache_dir))
         sdata.check_clients(clients, [client], str(path))
         return sdata.site_of(clients, client)
+
+    def preflight_expectations(self) -> Expectations:
+        """Training and test frames at every site; every tool in its training frames (a tool a
+        site never shows is a label-mapping error or a missing video: its positive weight and
+        F1 mean nothing there); a tool absent from its test frames is noted (its F1 is undefined)."""
+        return Expectations(splits=sdata.SPLITS, labels=TOOLS, required={"train": TOOLS}, wanted={"test": TOOLS},
+                            label_kind="tool")
 
     def check_deployable(self, name: str) -> None:
         pooled = [m for m in self.config.methods if m in POOLED_METHODS]
