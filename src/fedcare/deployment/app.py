@@ -53,6 +53,9 @@ def check_experiment(config: Experiment, name: str) -> Study:
     """What fails before any site is contacted; returns the study bound to the experiment."""
     study = registry.study_for(config)
     study.check_deployable(name)
+    if config.robustness is not None and config.robustness.attack is not None:
+        raise ConfigError(f"{name}: robustness.attack simulates attackers in process (fedcare run); a deployed site "
+                          "runs its own code, so it is not sent to sites: remove [robustness.attack]")
     return study
 
 
