@@ -227,3 +227,38 @@ def test_an_attacker_moves_fedavg_and_not_the_median():
     learnt = (clean_median - toy_run("median", None, rounds=0)).norm().item()
     assert moved_mean > learnt  # one of seven clients drags FedAvg further than training moved it
     assert moved_median < 0.25 * learnt and moved_median * 10 < moved_mean
+
+
+# -- through a study: both runtimes build the same robust server; deployment refuses attackers --
+def fedhealth2_demo(extra: str):
+    from importlib.resources import files
+
+    from fedcare.studies import registry
+    from fedcare.studies.load import parse_config
+
+    text = (files("fedcare") / "configs" / "fedhealth2" / "demo.toml").read_text() + extra
+    config = parse_config(text, "demo.toml")
+    return config, registry.study_for(config)
+
+
+def test_the_flower_coordinator_aggregates_with_the_studys_robust_server():
+    from fedcare.runtime.flower.runtime import FlowerRuntime
+
+    config, study = fedhealth2_demo('\n[robustness]\nrule = "trimmed_mean"\ntrim_fraction = 0.1\n')
+    federation = FlowerRuntime(link=object(), algorithm=study.algorithm).federation(study.new_model(), "fedavg", 0)
+    assert isinstance(federation.server, RobustServer) and federation.server.trim_fraction == 0.1
+    with pytest.raises(RobustAggregationError, match="fedap aggregates by its own rule"):
+        study.check_privacy()  # the demo's methods include FedAP: refused before any data are read
+
+
+def test_deployment_refuses_simulated_attackers_and_the_report_notes_them():
+    from fedcare.algorithms.robust import describe
+    from fedcare.config import ConfigError
+    from fedcare.deployment.app import check_experiment
+
+    config, _ = fedhealth2_demo('\n[robustness]\nrule = "median"\n[robustness.attack]\nclients = [0, 5]\n'
+                                'kind = "scaled_update"\n')
+    with pytest.raises(ConfigError, match="robustness.attack simulates attackers in process"):
+        check_experiment(config, "demo.toml")
+    note = describe(config.robustness)
+    assert "Aggregation: median" in note and "clients 0, 5 send scaled update updates (scale 10.0)" in note
