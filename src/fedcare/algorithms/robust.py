@@ -37,7 +37,7 @@ from dataclasses import replace
 
 import torch
 
-from fedcare.algorithms.base import Algorithm, ClientId, ServerHalf
+from fedcare.algorithms.base import Algorithm, ClientId, DelegatingServer, ServerHalf
 from fedcare.algorithms.messages import Message
 from fedcare.algorithms.server_optimizers import OptimizedServer
 from fedcare.config import Robustness
@@ -89,7 +89,7 @@ def closest_to_median_mean(stack: torch.Tensor, beta: int) -> torch.Tensor:
     return stack.gather(0, nearest).mean(dim=0)
 
 
-class RobustServer(ServerHalf):
+class RobustServer(DelegatingServer):
     """A plain-averaging server half (`inner`) with its mean replaced by a robust rule."""
 
     def __init__(self, inner: ServerHalf, rule: str, *, trim_fraction: float = 0.2, byzantine: int = 0,
@@ -98,18 +98,8 @@ class RobustServer(ServerHalf):
             raise ValueError(f"unknown robust rule {rule!r}: choose one of {', '.join(RULES[1:])}")
         if rule == "multi_krum" and not keep:
             raise ValueError("multi_krum needs keep (the replies to average)")
-        self.inner, self.rule = inner, rule
-        self.trim_fraction, self.byzantine, self.keep = trim_fraction, byzantine, keep
-        self.split, self.weighting = inner.split, inner.weighting
-
-    def initial_message(self, model):
-        return self.inner.initial_message(model)
-
-    def setup(self, replies):
-        return self.inner.setup(replies)
-
-    def message_for(self, client, message):
-        return self.inner.message_for(client, message)
+        super().__init__(inner)
+        self.rule, self.trim_fraction, self.byzantine, self.keep = rule, trim_fraction, byzantine, keep
 
     def aggregate(self, current: Message, replies: Mapping[ClientId, Message]) -> Message:
         if not replies or not current.tensors:
