@@ -262,3 +262,20 @@ def test_deployment_refuses_simulated_attackers_and_the_report_notes_them():
         check_experiment(config, "demo.toml")
     note = describe(config.robustness)
     assert "Aggregation: median" in note and "clients 0, 5 send scaled update updates (scale 10.0)" in note
+
+
+def test_a_robust_server_goes_through_a_checkpoint():
+    """A resumed run reads its server half back with torch's restricted unpickler
+    (fedcare.studies.checkpoint): the robust server and its settings are allowed there."""
+    import io
+
+    from fedcare.studies.checkpoint import state_classes
+
+    server = robust_algorithm(with_server_optimizer(fedavg(SETTINGS), "adamw"),
+                              Robustness(rule="multi_krum", byzantine=1, multi_krum_keep=3)).server
+    buffer = io.BytesIO()
+    torch.save({"server": server}, buffer)
+    buffer.seek(0)
+    with torch.serialization.safe_globals(state_classes()):
+        back = torch.load(buffer, weights_only=True)["server"]
+    assert isinstance(back.inner, RobustServer) and (back.inner.rule, back.inner.keep) == ("multi_krum", 3)
