@@ -279,3 +279,14 @@ def test_a_robust_server_goes_through_a_checkpoint():
     with torch.serialization.safe_globals(state_classes()):
         back = torch.load(buffer, weights_only=True)["server"]
     assert isinstance(back.inner, RobustServer) and (back.inner.rule, back.inner.keep) == ("multi_krum", 3)
+
+
+def test_the_table_round_trips_through_a_runs_config_toml():
+    """A resume reads the run's config.toml back: the table as written must validate again."""
+    from fedcare.config import to_toml
+    from fedcare.studies.load import parse_config
+
+    for extra in ('\n[robustness]\nrule = "median"\n[robustness.attack]\nclients = [1]\nkind = "sign_flip"\n',
+                  '\n[robustness]\nrule = "multi_krum"\nbyzantine = 2\nmulti_krum_keep = 5\n'):
+        config, _ = fedhealth2_demo(extra)
+        assert parse_config(to_toml(config), "config.toml").robustness == config.robustness

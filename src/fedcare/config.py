@@ -251,10 +251,11 @@ class Robustness(Strict):
 
     @model_validator(mode="after")
     def _parameters_of_rule(self) -> "Robustness":
-        given = self.model_fields_set
-        if "trim_fraction" in given and self.rule != "trimmed_mean":
+        # a value other than the default, for a rule that does not use it (the defaults are written
+        # into every run's config.toml, which a resume reads back)
+        if self.trim_fraction != 0.2 and self.rule != "trimmed_mean":
             raise ValueError(f'trim_fraction is for rule = "trimmed_mean", not {self.rule!r}')
-        if "byzantine" in given and self.rule not in ("krum", "multi_krum", "bulyan"):
+        if self.byzantine != 0 and self.rule not in ("krum", "multi_krum", "bulyan"):
             raise ValueError(f'byzantine is for rule = "krum", "multi_krum" or "bulyan", not {self.rule!r}')
         if (self.multi_krum_keep is None) == (self.rule == "multi_krum"):
             raise ValueError('multi_krum_keep: give it for rule = "multi_krum" (the replies averaged), and only then')
