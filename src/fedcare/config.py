@@ -212,6 +212,59 @@ class Privacy(Strict):
     audit: MembershipAudit | None = None
 
 
+class Attack(Strict):
+    """`[robustness.attack]`: simulated poisoning, in process only (`fedcare run`): the listed
+    clients train as usual, then send a poisoned update (`fedcare.algorithms.attack`).
+    "sign_flip": the update reversed and multiplied by `scale` (default 1); "scaled_update":
+    the update multiplied by `scale` (default 10); "label_flip": trained on flipped labels
+    (binary and multi-label: 1 - y; multiclass: C - 1 - y), no scale."""
+
+    clients: list[int | str] = Field(min_length=1)  # client ids as the study names them (pain: subjects)
+    kind: Literal["sign_flip", "scaled_update", "label_flip"]
+    scale: float | None = Field(None, gt=0)
+
+    @property
+    def effective_scale(self) -> float:
+        return self.scale if self.scale is not None else {"sign_flip": 1.0, "scaled_update": 10.0}.get(self.kind, 1.0)
+
+    @model_validator(mode="after")
+    def _scale(self) -> "Attack":
+        if self.kind == "label_flip" and self.scale is not None:
+            raise ValueError('scale: a "label_flip" attack has no scale (it changes the labels, not the update)')
+        if len(set(map(str, self.clients))) != len(self.clients):
+            raise ValueError("clients: a client is listed twice")
+        return self
+
+
+RobustRule = Literal["mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan"]
+
+
+class Robustness(Strict):
+    """`[robustness]`: how the server of the FedAvg family combines the replies (docs/robustness.md),
+    and simulated attackers (`[robustness.attack]`). Without the table: the weighted mean."""
+
+    rule: RobustRule = "mean"  # "mean": the algorithm's own weighted mean, unchanged
+    trim_fraction: float = Field(0.2, ge=0, lt=0.5)  # trimmed_mean: cut at each end (Flower's beta)
+    byzantine: int = Field(0, ge=0)  # krum, multi_krum, bulyan: f, the attackers tolerated (num_malicious_nodes)
+    multi_krum_keep: int | None = Field(None, ge=1)  # multi_krum: m, the replies averaged (num_nodes_to_select)
+    attack: Attack | None = None
+
+    @model_validator(mode="after")
+    def _parameters_of_rule(self) -> "Robustness":
+        # a value other than the default, for a rule that does not use it (the defaults are written
+        # into every run's config.toml, which a resume reads back)
+        if self.trim_fraction != 0.2 and self.rule != "trimmed_mean":
+            raise ValueError(f'trim_fraction is for rule = "trimmed_mean", not {self.rule!r}')
+        if self.byzantine != 0 and self.rule not in ("krum", "multi_krum", "bulyan"):
+            raise ValueError(f'byzantine is for rule = "krum", "multi_krum" or "bulyan", not {self.rule!r}')
+        if (self.multi_krum_keep is None) == (self.rule == "multi_krum"):
+            raise ValueError('multi_krum_keep: give it for rule = "multi_krum" (the replies averaged), and only then')
+        if self.rule == "bulyan" and self.byzantine < 1:
+            raise ValueError('rule = "bulyan" needs byzantine >= 1 (with 0 it is the plain mean); it needs '
+                             "4 x byzantine + 3 replies a round")
+        return self
+
+
 class Experiment(Strict):
     """What every study's experiment has; a study's config model extends it (and narrows
     `study` to its name, `methods` to its methods)."""
@@ -223,6 +276,7 @@ class Experiment(Strict):
     runtime: Runtime = Runtime()
     deployment: Deployment = Deployment()
     privacy: Privacy | None = None  # no [privacy] table: no protection beyond keeping data at the clients
+    robustness: Robustness | None = None  # no [robustness] table: the weighted mean, no simulated attackers
     # a study whose protocol runs [privacy.audit] sets this (the pain study); others refuse the table
     offers_membership_audit: ClassVar[bool] = False
     # old dotted key -> its new name: an experiment file using the old one still loads, with a
@@ -250,6 +304,19 @@ class Experiment(Strict):
             raise ValueError('privacy.dp_sgd: not with runtime.precision = "fp16": its gradient scaler scales the '
                              "loss, and Opacus's per-example gradients, computed from that scaled backward pass, are "
                              'not unscaled by it, so clipping would bound the wrong norm; use "bf16" (no scaling) or "fp32"')
+        return self
+
+    @model_validator(mode="after")
+    def _robust_rule_and_privacy(self) -> "Experiment":
+        r, p = self.robustness, self.privacy
+        if r is None or r.rule == "mean" or p is None:
+            return self
+        if p.client_dp is not None:
+            raise ValueError(f"robustness.rule = {r.rule!r} and privacy.client_dp: client-level DP's noise is "
+                             "calibrated to the mean of clipped updates, not to a robust rule; use one or the other")
+        if p.secure_aggregation is not None:
+            raise ValueError(f"robustness.rule = {r.rule!r} and privacy.secure_aggregation: the server sees only "
+                             "the sum of the updates, and a robust rule needs each one; use one or the other")
         return self
 
     @model_validator(mode="after")

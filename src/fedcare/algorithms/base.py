@@ -215,6 +215,34 @@ class ServerHalf:
         return Message(averaged)
 
 
+class DelegatingServer(ServerHalf):
+    """Another server half (`inner`) with its aggregation changed: its split, weighting,
+    initial message, setup and per-client messages are inner's."""
+
+    def __init__(self, inner: ServerHalf):  # no ServerHalf.__init__: split and weighting are inner's
+        self.inner = inner
+
+    @property
+    def split(self) -> ParameterSplit:  # type: ignore[override]
+        return self.inner.split
+
+    @property
+    def weighting(self) -> str:  # type: ignore[override]
+        return self.inner.weighting
+
+    def initial_message(self, model: nn.Module) -> Message:
+        return self.inner.initial_message(model)
+
+    def setup(self, replies: Mapping[ClientId, Message]) -> Mapping[ClientId, Message] | None:
+        return self.inner.setup(replies)
+
+    def message_for(self, client: ClientId, message: Message) -> Message:
+        return self.inner.message_for(client, message)
+
+    def weights(self, replies: Mapping[ClientId, Message]) -> dict[ClientId, float]:
+        return self.inner.weights(replies)
+
+
 @dataclass
 class Algorithm:
     name: str

@@ -78,7 +78,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from fedcare.algorithms.base import Algorithm, ClientId, ServerHalf
+from fedcare.algorithms.base import Algorithm, ClientId, DelegatingServer, ServerHalf
 from fedcare.algorithms.messages import Message
 
 # Every optimizer's hyper-parameters and defaults. Unknown names are an error.
@@ -114,13 +114,13 @@ def _resolve(optimizer: str, hyper: Mapping[str, object]) -> dict[str, object]:
     return h
 
 
-class OptimizedServer(ServerHalf):
+class OptimizedServer(DelegatingServer):
     """`inner`'s average as the target of a server optimizer step (see the module docstring)."""
 
     def __init__(self, inner: ServerHalf, optimizer: str, *, buffers: str = "average", **hyper: object):
         if buffers not in ("average", "optimize"):
             raise ValueError(f"buffers must be 'average' or 'optimize', got {buffers!r}")
-        self.inner = inner
+        super().__init__(inner)
         self.optimizer = optimizer
         self.hyper = _resolve(optimizer, hyper)
         self.buffers = buffers
@@ -128,27 +128,10 @@ class OptimizedServer(ServerHalf):
         self.step = 0  # optimizer steps taken (t)
         self.moments: dict[str, dict[str, torch.Tensor]] = {}  # e.g. {"m": {name: tensor}, "v": {...}}
 
-    # --- the inner server's business -----------------------------------------------------
-    @property
-    def split(self):  # type: ignore[override]
-        return self.inner.split
-
-    @property
-    def weighting(self) -> str:  # type: ignore[override]
-        return self.inner.weighting
-
+    # --- the inner server's business (split, weighting, setup, per-client messages: DelegatingServer) --
     def initial_message(self, model: nn.Module) -> Message:
         self.buffer_names = frozenset(name for name, _ in model.named_buffers())
         return self.inner.initial_message(model)
-
-    def setup(self, replies: Mapping[ClientId, Message]) -> Mapping[ClientId, Message] | None:
-        return self.inner.setup(replies)
-
-    def message_for(self, client: ClientId, message: Message) -> Message:
-        return self.inner.message_for(client, message)
-
-    def weights(self, replies: Mapping[ClientId, Message]) -> dict[ClientId, float]:
-        return self.inner.weights(replies)
 
     # --- the optimizer step ----------------------------------------------------------------
     def optimized(self, name: str, current: torch.Tensor, target: torch.Tensor) -> bool:

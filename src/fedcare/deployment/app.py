@@ -56,6 +56,9 @@ def link_settings(config: Experiment) -> LinkSettings:
 
 def check_experiment(config: Experiment, name: str) -> Study:
     """What fails before any site is contacted; returns the study bound to the experiment."""
+    if config.robustness is not None and config.robustness.attack is not None:
+        raise ConfigError(f"{name}: robustness.attack simulates attackers in process (fedcare run); a deployed site "
+                          "runs its own code, so it is not sent to sites: remove [robustness.attack]")
     study = registry.study_for(config)
     study.check_deployable(name)
     return study

@@ -160,8 +160,9 @@ class Study(ABC):
         return list(self.config.methods)
 
     def check_privacy(self) -> None:
-        """Raise `fedcare.privacy.PrivacyError` for an algorithm `[privacy]` cannot cover."""
-        if self.config.privacy is not None:
+        """Raise `fedcare.privacy.PrivacyError` for an algorithm `[privacy]` cannot cover, and
+        `fedcare.algorithms.robust.RobustAggregationError` for one `[robustness]` cannot."""
+        if self.config.privacy is not None or self.config.robustness is not None:
             for name in self.algorithm_names():
                 self.algorithm(name)
 
@@ -205,9 +206,15 @@ def _with_private_model(new_model: Callable[..., nn.Module]) -> Callable[..., nn
 def _with_private_algorithm(algorithm: Callable[[Study, str], Algorithm]) -> Callable[[Study, str], Algorithm]:
     @functools.wraps(algorithm)
     def wrapped(self: Study, name: str) -> Algorithm:
+        from fedcare.algorithms.attack import attacking_algorithm
+        from fedcare.algorithms.robust import robust_algorithm
         from fedcare.privacy import private_algorithm
 
-        algo = private_algorithm(algorithm(self, name), self.config.privacy)
+        robustness = self.config.robustness  # its attackers poison inside the protections (before secure aggregation's masks)
+        algo = algorithm(self, name)
+        if robustness is not None:
+            algo = robust_algorithm(attacking_algorithm(algo, robustness.attack), robustness)
+        algo = private_algorithm(algo, self.config.privacy)
         if self.compute.precision != algo.client.settings.precision:  # reaches the half that trains (DelegatingClient)
             algo.client.settings = replace(algo.client.settings, precision=self.compute.precision)
         return algo

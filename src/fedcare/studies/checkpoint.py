@@ -42,6 +42,7 @@ def state_classes() -> list[type]:
     whole: FedAP's statistics, FedDyn's h, server optimizer moments, ...), the messages and
     parameter splits they hold, and the module types a split names."""
     import fedcare.algorithms.catalogue  # noqa: F401  (imports every algorithm's module)
+    import fedcare.algorithms.robust  # noqa: F401  (its server half wraps an algorithm's under [robustness])
     from fedcare.config import ClientDP
     from fedcare.privacy.client_dp import Ledger  # its server half wraps any algorithm's, with its settings
     from fedcare.algorithms.base import ServerHalf

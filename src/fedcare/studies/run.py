@@ -16,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 from fedcare import __version__
 from fedcare.compute import compute_facts, describe, same_arithmetic
-from fedcare.config import Experiment, to_toml
+from fedcare.config import ConfigError, Experiment, to_toml
 from fedcare.files import atomic_write_text
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
@@ -123,6 +124,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             update_run_info(partial, version_changes=versions)
         study.check_privacy()
         runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
+        _check_robustness(study, runtime)
         if runtime_factory is None:
             checkpoint = Checkpoint(partial, records, saved)
         protocol = study.protocol(runtime, records.write, progress, checkpoint)
@@ -138,7 +140,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
                         notes=runtime.notes() + protocol.notes() + _diverged_notes(partial)
                         + _compute_notes(begun, changes)
                         + _version_notes(info.get("fedcare_version") if resumed else None, versions)
-                        + _reproducibility_notes(study),
+                        + _reproducibility_notes(study) + _robustness_notes(study),
                         status="finished",
                         progress={"units_done": protocol.units_done, "units_total": protocol.units_total},
                         **runtime.facts())
@@ -163,6 +165,24 @@ def _diverged_notes(run_dir: Path) -> list[str]:
             notes.append(f"{which} stopped: {r['reason']}. Its rows cover only what it finished before; the other "
                          "methods ran on.")
     return notes
+
+
+def _check_robustness(study: Study, runtime: Any) -> None:
+    """`[robustness]` against the clients the runtime holds (in process: every site; across
+    sites: the study's list): attackers that are no client, too few clients for the rule."""
+    from fedcare.algorithms.robust import clients_problem
+
+    clients = list(getattr(runtime, "sites", None) or study.clients())
+    problem = clients_problem(study.config.robustness, clients) if clients else None
+    if problem:
+        raise ConfigError(problem)
+
+
+def _robustness_notes(study: Study) -> list[str]:
+    from fedcare.algorithms.robust import describe as describe_robustness
+
+    note = describe_robustness(study.config.robustness)
+    return [note] if note else []
 
 
 def _compute_notes(begun: dict | None, changes: list[dict]) -> list[str]:
