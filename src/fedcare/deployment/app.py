@@ -13,6 +13,7 @@ Node config of a SuperNode: `site` (which site it is; see [deployment.sites]), `
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,22 +32,26 @@ from pydantic import ValidationError
 
 from fedcare.config import ConfigError, Experiment, Runtime
 from fedcare.data.common import DataError
-from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, STATE_DIR_KEY, build_client_app
+from fedcare.runtime.flower.client_app import (
+    DATA_DIR_KEY, PARTITION_ID_KEY, RUN_KEY, SITE_KEY, STATE_DIR_KEY, build_client_app,
+)
 from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
 from fedcare.runtime.flower.runtime import FlowerRuntime
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study
 from fedcare.studies.load import parse_config
-from fedcare.studies.run import run_study
-from fedcare.studies.rundir import set_threads
+from fedcare.studies.run import resume_study, run_study
+from fedcare.studies.rundir import read_run_info, read_run_records, set_threads
 
 server_app = ServerApp()
 
 
-def link_settings(config: Experiment) -> LinkSettings:
+def link_settings(config: Experiment, sites: int) -> LinkSettings:
+    """The link's settings for an experiment of `sites` sites."""
     d = config.deployment
-    return LinkSettings(min_sites=d.min_sites, round_timeout=d.round_timeout, connect_timeout=d.connect_timeout)
+    return LinkSettings(min_sites=d.quorum(sites), round_timeout=d.round_timeout, connect_timeout=d.connect_timeout,
+                        late_sites=d.late_sites)
 
 
 def check_experiment(config: Experiment, name: str) -> Study:
@@ -62,21 +67,44 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
-    """The ServerApp's work: validate the experiment, greet the sites, run the study."""
-    text, name = str(rc.get("experiment", "")), str(rc.get("experiment-name") or "experiment.toml")
-    if not text:
-        raise FlowerRunError("run config 'experiment' is empty: start runs with `fedcare flower run CONFIG`")
-    if not str(rc.get("out", "")):
-        raise FlowerRunError("run config 'out' is empty: the run directory to write on the coordinator")
+    """The ServerApp's work: validate the experiment, greet the sites, run the study; or, with
+    `resume` (an interrupted run's partial directory), continue that run across the sites."""
+    resume = str(rc.get("resume", ""))
+    if resume:
+        partial = Path(resume)
+        try:
+            text = (partial / "config.toml").read_text()
+        except OSError as e:
+            raise FlowerRunError(f"{partial}: no run to resume here ({e.strerror or e})") from None
+        info = read_run_info(partial)[0]
+        name, run_key = str(info.get("config_file") or "experiment.toml"), str(info.get("flower_run") or "")
+        if not run_key:
+            raise FlowerRunError(f"{partial}: not a run across sites (run.json names no flower_run)")
+    else:
+        text, name = str(rc.get("experiment", "")), str(rc.get("experiment-name") or "experiment.toml")
+        run_key = secrets.token_hex(8)
+        if not text:
+            raise FlowerRunError("run config 'experiment' is empty: start runs with `fedcare flower run CONFIG`")
+        if not str(rc.get("out", "")):
+            raise FlowerRunError("run config 'out' is empty: the run directory to write on the coordinator")
     config = parse_config(text, name)
     check_experiment(config, name)
 
     def runtime(study: Study, write: Records) -> FlowerRuntime:
-        link = SiteLink(grid, {"experiment": text, "name": name}, link_settings(config), on_missed=write)
-        link.connect(study.clients())
-        return FlowerRuntime(link, study.algorithm)
+        clients = study.clients()
+        link = SiteLink(grid, {"experiment": text, "name": name, RUN_KEY: run_key},
+                        link_settings(config, len(clients)), on_missed=write, on_participation=write)
+        if resume:  # what happened before the checkpoint is in its records: the report counts it too
+            before = read_run_records(partial)[0]
+            link.missed = [r for r in before if r.get("type") == "missed"]
+            link.participation = [r for r in before if r.get("type") == "participation"]
+        link.connect(clients)
+        return FlowerRuntime(link, study.algorithm, run_key)
 
-    run_study(config, Path(str(rc["out"])), config_file=name, runtime_factory=runtime)
+    if resume:
+        resume_study(partial, runtime_factory=runtime)
+    else:
+        run_study(config, Path(str(rc["out"])), config_file=name, runtime_factory=runtime)
 
 
 DEVICE_KEY = "device"  # node config: the device this site computes on (`fedcare flower supernode --device`)

@@ -4,6 +4,7 @@ counterpart of `fedcare.runtime.local.LocalRuntime` (same methods, no pooled dat
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,10 +20,14 @@ from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, SiteLink
 class FlowerRuntime:
     local_data = None  # the data stay at the sites: nothing can be pooled
 
-    def __init__(self, link: SiteLink, algorithm: Callable[[str], Algorithm]):
+    def __init__(self, link: SiteLink, algorithm: Callable[[str], Algorithm], run_key: str = ""):
         self.link = link
         self.algorithm = algorithm
+        self.run_key = run_key  # names the run's state folder at every site, kept across resumes
         self._namespaces = itertools.count()
+        # federations are named per ServerApp process: a resumed run's new ones never take the
+        # name of one its sites still hold (the continued one keeps its name: `FlowerClients.load_state_dict`)
+        self._prefix = secrets.token_hex(4)
 
     @property
     def synthetic(self) -> bool:
@@ -33,11 +38,15 @@ class FlowerRuntime:
 
     def federation(self, model: nn.Module, algorithm: str, seed: int, client_fraction: float = 1.0,
                    label: Mapping[str, Any] | None = None) -> Federation:
-        clients = FlowerClients(self.link, f"federation-{next(self._namespaces)}", algorithm, seed, model, label)
+        clients = FlowerClients(self.link, f"federation-{self._prefix}-{next(self._namespaces)}", algorithm, seed, model, label)
         return Federation(model, self.algorithm(algorithm), seed, client_fraction=client_fraction, clients=clients)
 
     def pool(self, refs: Mapping[ClientId, str]) -> ClientData:
         raise FlowerRunError("pooling the clients' data cannot happen across sites")
+
+    def start_facts(self) -> dict:
+        """What run.json says from the start: a run across sites, and the key its sites' state is kept under."""
+        return {"runtime": "flower", "flower_run": self.run_key}
 
     def facts(self) -> dict:
         """What run.json records about the deployment: sites, each site's arithmetic (torch,
@@ -45,7 +54,20 @@ class FlowerRuntime:
         return {"runtime": "flower",
                 "sites": {self.link.site_name(c): c for c in sorted(self.link.site_of)},
                 "site_compute": {self.link.site_name(c): f for c, f in sorted(self.link.compute.items())},
-                "missed": self.link.missed}
+                "missed": self.link.missed, **self._participation_facts()}
+
+    def _participation_facts(self) -> dict:
+        """Per site, of the rounds (fit and setup exchanges) it was asked to: how many it answered
+        in, was late for, was missing from; `complete` is False when any site did not take part
+        in every round it was asked to (a dropped site never makes a complete run)."""
+        counts: dict[str, dict[str, int]] = {}
+        for r in self.link.participation:
+            for kind in ("answered", "late", "missing"):
+                for site in r[kind]:
+                    counts.setdefault(site, {"answered": 0, "late": 0, "missing": 0})[kind] += 1
+        short = sorted({site for r in self.link.participation for site in r["late"] + r["missing"]
+                        if site not in r["answered"]})  # with "wait" a late site may have answered
+        return {"participation": counts, "incomplete_sites": short, "complete": not short}
 
     def notes(self) -> list[str]:
         """For the report: that the sites' data are synthetic, and each site that missed
@@ -58,7 +80,22 @@ class FlowerRuntime:
                 where += f" round {m['round']}"
             by_site.setdefault(m["site"], []).append(f"{where} ({m['operation']})".strip())
         notes += [f"Site {site!r} did not answer: {'; '.join(what)}." for site, what in sorted(by_site.items())]
+        notes += self._participation_notes()
         return notes + self._compute_notes()
+
+    def _participation_notes(self) -> list[str]:
+        """Per site that was ever late or missing: the rounds it answered, was late for, missed."""
+        facts = self._participation_facts()
+        notes = []
+        for site, c in sorted(facts["participation"].items()):
+            if c["late"] or c["missing"]:
+                asked = len([r for r in self.link.participation if site in r["answered"] + r["late"] + r["missing"]])
+                notes.append(f"Participation of site {site!r}: answered in {c['answered']} of {asked} rounds, late in "
+                             f"{c['late']} (late sites: {self.link.settings.late_sites}), missing from {c['missing']}.")
+        if facts["incomplete_sites"]:
+            notes.append(f"Not a complete federation: {', '.join(repr(s) for s in facts['incomplete_sites'])} did not "
+                         "take part in every round; the numbers are those of the sites that answered.")
+        return notes
 
     def _compute_notes(self) -> list[str]:
         """A note when the sites do not all compute alike: then no single machine's simulator run
