@@ -46,7 +46,7 @@ def test_the_report_shows_the_compute_in_one_line():
 
 
 def _runtime(compute: dict) -> FlowerRuntime:
-    link = SimpleNamespace(compute=compute, missed=[], synthetic={}, site_of={c: f"site-{c}" for c in compute},
+    link = SimpleNamespace(compute=compute, missed=[], participation=[], synthetic={}, site_of={c: f"site-{c}" for c in compute},
                            site_name=lambda c: f"site-{c}")
     return FlowerRuntime(link, algorithm=None)
 
