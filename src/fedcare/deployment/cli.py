@@ -329,6 +329,7 @@ def run_command(
     from fedcare.config import ConfigError, to_toml
     from fedcare.deployment.app import check_experiment
     from fedcare.studies.load import load_config
+    from fedcare.studies.rundir import partial_of
 
     if not federation:
         _fail("--federation: not given (the SuperLink connection in $FLWR_HOME/config.toml)")
@@ -360,7 +361,7 @@ def run_command(
         cmd = ["flwr", "run", str(app), federation, "--run-config", str(rc_file), "--stream"]
         if federation_config:
             cmd += ["--federation-config", with_gpus(federation_config, experiment.runtime.gpus_per_site)]
-        console.print(f"starting {config.name} on {federation!r}; run directory {out}")
+        console.print(f"{'continuing' if resume else 'starting'} {config.name} on {federation!r}; run directory {out}")
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     sys.stdout.write(proc.stdout)
@@ -373,7 +374,10 @@ def run_command(
         time.sleep(1)
         status = run_status(federation, run_id)
     if status["status"] != FINISHED_OK:
-        _fail(f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip())
+        kept = partial_of(out)
+        hint = (f"; its finished units are kept: continue with fedcare flower run --resume {kept} --federation "
+                f"{federation}" if (kept / "checkpoint.pt").is_file() else "")
+        _fail(f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip() + hint)
     console.print(f"run {run_id} completed in {time.perf_counter() - t0:.0f} s")
     if (out / "report.html").is_file():
         from fedcare.studies.run import summary_markdown
