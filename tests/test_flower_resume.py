@@ -93,3 +93,21 @@ def test_a_site_without_its_kept_state_cannot_continue_the_run(pamap2, tmp_path,
     assert not out.exists() and partial.is_dir()  # still resumable
     info = json.loads((partial / "run.json").read_text())
     assert info["status"] == "failed" and "cannot continue this run" in info["error"] and "102" in info["error"]
+
+
+def test_each_kind_of_run_is_resumed_by_its_own_command(pamap2, tmp_path):
+    from typer.testing import CliRunner
+
+    from fedcare.cli import app
+    from fedcare.config import to_toml
+
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    (partial / "config.toml").write_text(to_toml(small_config(pamap2)))
+    (partial / "run.json").write_text(json.dumps({"runtime": "flower", "status": "failed"}))
+    result = CliRunner().invoke(app, ["resume", str(partial)])
+    assert result.exit_code != 0 and "fedcare flower run --resume" in " ".join(result.output.split())
+    (partial / "run.json").write_text(json.dumps({"status": "failed"}))  # a run of `fedcare run`
+    result = CliRunner().invoke(app, ["flower", "run", "--resume", str(partial), "--federation", "x"])
+    assert result.exit_code == 2
+    assert f"not a run across sites; continue it with: fedcare resume {partial}" in " ".join(result.output.split())
