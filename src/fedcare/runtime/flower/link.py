@@ -6,9 +6,14 @@
   protocol needs. A node that appears later (a restarted SuperNode) is greeted the same way
   and takes its site's place: the site rejoins.
 - Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
-  sleeps 3 s between polls; a site that does not answer within `round_timeout`, or that the
-  SuperLink reports unavailable, has missed that operation: the exchange goes on with the
-  sites that answered (at least `min_sites`), and the miss is recorded for the report.
+  sleeps 3 s between polls; a site that does not answer within `round_timeout` is late
+  (`late_sites`: dropped until it reconnects, skipped for this exchange, or waited for), one
+  that the SuperLink reports unavailable has missed that operation: the exchange goes on with
+  the sites that answered (at least `min_sites`, else the run stops below quorum), and each
+  fit records who answered, was late, was missing (a "participation" record).
+- A coordinator's checkpoint (`FlowerClients.state_dict`) holds no site's state: every message
+  is numbered (`Mark`), the checkpoint says after which message each site's state counts, and
+  the site keeps a copy of that state in its state folder; a resumed run sends `Resume`.
 - Operations that need no answer (after-aggregation, snapshot, restore, taking a setup
   answer) wait in a per-site queue and travel with the next message to that site: one
   message exchange per fit and per evaluation, the rest rides along. Each site runs its
