@@ -115,6 +115,8 @@ def test_a_late_site_is_waited_for():
     assert _participation(written) == [(1, ["site-a", "site-b", "site-c"], ["site-c"], [])]
     facts = FlowerRuntime(link, algorithm=None).facts()
     assert facts["complete"] is True and facts["participation"]["site-c"] == {"answered": 1, "late": 1, "missing": 0}
+    assert ("Participation of site 'site-c': answered in 1 of 1 rounds, late in 1 (late sites: wait: round 1), "
+            "missing from 0.") in FlowerRuntime(link, algorithm=None).notes()
 
 
 def test_a_round_below_quorum_stops_the_run_naming_the_late_site():
