@@ -4,8 +4,9 @@ the one place that binds studies (`fedcare.studies.registry`) to the Flower runt
 (`fedcare.runtime.flower`, which imports no study).
 
 Run config (see `flwr_app/pyproject.toml`): `experiment` (the TOML text), `experiment-name`,
-`out` (the run directory, on the coordinator), and for Flower's Simulation Engine `data-dir`
-and `state-dir` (simulated nodes have no node config of their own).
+`out` (the run directory, on the coordinator), `resume` (an interrupted run's partial
+directory to continue instead: `fedcare flower run --resume`), and for Flower's Simulation
+Engine `data-dir` and `state-dir` (simulated nodes have no node config of their own).
 
 Node config of a SuperNode: `site` (which site it is; see [deployment.sites]), `data-dir`
 (its own data) and `state-dir` (where it keeps its private state between rounds).
