@@ -31,6 +31,7 @@ class InProcessBackend(Backend):
     lock = threading.Lock()
 
     workers: ClassVar[int] = 3  # nodes of the simulation: set before run_simulation
+    state_dir: ClassVar[str] = ""  # each node's --state-dir is <state_dir>/<partition id> (none if "")
 
     def __init__(self, backend_config: BackendConfig) -> None:
         self.app_fn = None
@@ -49,6 +50,8 @@ class InProcessBackend(Backend):
         pass
 
     def process_message(self, message: Message, context: Context) -> tuple[Message, Context]:
+        if self.state_dir:
+            context.node_config["state-dir"] = f"{self.state_dir}/{context.node_config['partition-id']}"
         with self.lock:  # `tiny_model` seeds torch's global generator: not thread-safe
             reply = self.app_fn()(message=message, context=context)
         pid = int(context.node_config["partition-id"])
@@ -73,9 +76,12 @@ def simulation_backend() -> Iterator[str]:
             sys.modules[name] = saved
 
 
-def run_experiment_on_flower(config, out, sites: int, name: str = "experiment.toml", **run_config) -> None:
+def run_experiment_on_flower(config, out, sites: int, name: str = "experiment.toml", *, state_dir=None,
+                             resume=None, **run_config) -> None:
     """`config` on Flower's Simulation Engine (in process), `sites` SuperNodes, into `out`: the
-    same ServerApp and ClientApp `fedcare flower` deploys (`run_config`: more of its run config)."""
+    same ServerApp and ClientApp `fedcare flower` deploys. `state_dir`: where the sites keep
+    their state; `resume`: continue that interrupted run's partial directory instead;
+    `run_config`: more of its run config."""
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
@@ -86,8 +92,10 @@ def run_experiment_on_flower(config, out, sites: int, name: str = "experiment.to
 
     @server.main()
     def main(grid, context):
-        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": name, "out": str(out), **run_config})
+        run_experiment(grid, {"experiment": to_toml(config), "experiment-name": name, "out": str(out),
+                              "resume": str(resume or ""), **run_config})
 
     InProcessBackend.workers = sites
+    InProcessBackend.state_dir = str(state_dir or "")
     with simulation_backend() as backend:
         run_simulation(server, client_app, num_supernodes=sites, backend_name=backend)

@@ -118,9 +118,27 @@ class Deployment(Strict):
     # site name (a SuperNode's --node-config site="...") -> the client it is (pain: a subject
     # id); empty: a site's name is its client id, e.g. site="43"
     sites: dict[str, int | str] = Field(default_factory=dict)
-    min_sites: int = Field(1, ge=1)  # an exchange goes ahead when at least this many sites answered
+    # the quorum: an exchange goes ahead when at least this many sites answered; a count (an
+    # integer), or a fraction of the experiment's sites (0 < x <= 1, rounded up: 0.5 of 3 is 2)
+    min_sites: int | float = Field(1, gt=0)
     round_timeout: float = Field(600.0, gt=0)  # seconds to wait for the sites' replies to one exchange
     connect_timeout: float = Field(300.0, gt=0)  # seconds to wait for every site at the start
+    # a site that has not answered within round_timeout: "drop" it until its SuperNode reconnects,
+    # "skip-round" (the exchange goes on without it; asked again next time) or "wait" for it
+    late_sites: Literal["wait", "skip-round", "drop"] = "drop"
+
+    @field_validator("min_sites")
+    @classmethod
+    def _count_or_fraction(cls, value: int | float) -> int | float:
+        if isinstance(value, float) and value > 1:
+            raise ValueError(f"{value}: a fraction of the sites is at most 1; give a count of sites as an integer")
+        return value
+
+    def quorum(self, sites: int) -> int:
+        """min_sites as a count, for an experiment of `sites` sites."""
+        if isinstance(self.min_sites, float):
+            return max(1, math.ceil(self.min_sites * sites - 1e-9))
+        return self.min_sites
 
     @field_validator("sites")
     @classmethod

@@ -4,9 +4,11 @@ the one place that binds studies (`fedcare.studies.registry`) to the Flower runt
 (`fedcare.runtime.flower`, which imports no study).
 
 Run config (see `flwr_app/pyproject.toml`): `experiment` (the TOML text), `experiment-name`,
-`out` (the run directory, on the coordinator), `preflight-only` (check the sites' data
-summaries, write `out`/preflight.json and stop), and for Flower's Simulation Engine `data-dir`
-and `state-dir` (simulated nodes have no node config of their own).
+`out` (the run directory, on the coordinator), `resume` (an interrupted run's partial
+directory to continue instead: `fedcare flower run --resume`), `preflight-only` (check the
+sites' data summaries, write `out`/preflight.json and stop), `site-keys` (each site's public
+key: a node must prove its site), and for Flower's Simulation Engine `data-dir` and
+`state-dir` (simulated nodes have no node config of their own).
 
 Node config of a SuperNode: `site` (which site it is; see [deployment.sites]), `data-dir`
 (its own data), `state-dir` (where it keeps its private state between rounds) and
@@ -16,6 +18,7 @@ Node config of a SuperNode: `site` (which site it is; see [deployment.sites]), `
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,9 @@ from pydantic import ValidationError
 from fedcare.config import ConfigError, Experiment, Runtime
 from fedcare.data.common import DataError
 from fedcare.files import atomic_write_text
-from fedcare.runtime.flower.client_app import DATA_DIR_KEY, PARTITION_ID_KEY, SITE_KEY, STATE_DIR_KEY, build_client_app
+from fedcare.runtime.flower.client_app import (
+    DATA_DIR_KEY, PARTITION_ID_KEY, RUN_KEY, SITE_KEY, STATE_DIR_KEY, build_client_app,
+)
 from fedcare.runtime.flower.link import FlowerRunError, LinkSettings, SiteLink
 from fedcare.runtime.flower.runtime import FlowerRuntime
 from fedcare.runtime.preflight import Preflight, check_sites, refuse
@@ -43,15 +48,17 @@ from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study
 from fedcare.studies.load import parse_config
-from fedcare.studies.run import run_study
-from fedcare.studies.rundir import set_threads
+from fedcare.studies.run import resume_study, run_study
+from fedcare.studies.rundir import read_run_info, read_run_records, set_threads
 
 server_app = ServerApp()
 
 
-def link_settings(config: Experiment) -> LinkSettings:
+def link_settings(config: Experiment, sites: int) -> LinkSettings:
+    """The link's settings for an experiment of `sites` sites."""
     d = config.deployment
-    return LinkSettings(min_sites=d.min_sites, round_timeout=d.round_timeout, connect_timeout=d.connect_timeout)
+    return LinkSettings(min_sites=d.quorum(sites), round_timeout=d.round_timeout, connect_timeout=d.connect_timeout,
+                        late_sites=d.late_sites)
 
 
 def check_experiment(config: Experiment, name: str) -> Study:
@@ -70,31 +77,56 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
-    """The ServerApp's work: validate the experiment, greet the sites, run the study."""
-    text, name = str(rc.get("experiment", "")), str(rc.get("experiment-name") or "experiment.toml")
-    if not text:
-        raise FlowerRunError("run config 'experiment' is empty: start runs with `fedcare flower run CONFIG`")
-    if not str(rc.get("out", "")):
-        raise FlowerRunError("run config 'out' is empty: the run directory to write on the coordinator")
+    """The ServerApp's work: validate the experiment, greet the sites, run the study; or, with
+    `resume` (an interrupted run's partial directory), continue that run across the sites."""
+    resume = str(rc.get("resume", ""))
+    if resume:
+        partial = Path(resume)
+        try:
+            text = (partial / "config.toml").read_text()
+        except OSError as e:
+            raise FlowerRunError(f"{partial}: no run to resume here ({e.strerror or e})") from None
+        info = read_run_info(partial)[0]
+        name, run_key = str(info.get("config_file") or "experiment.toml"), str(info.get("flower_run") or "")
+        if not run_key:
+            raise FlowerRunError(f"{partial}: not a run across sites (run.json names no flower_run)")
+    else:
+        text, name = str(rc.get("experiment", "")), str(rc.get("experiment-name") or "experiment.toml")
+        run_key = secrets.token_hex(8)
+        if not text:
+            raise FlowerRunError("run config 'experiment' is empty: start runs with `fedcare flower run CONFIG`")
+        if not str(rc.get("out", "")):
+            raise FlowerRunError("run config 'out' is empty: the run directory to write on the coordinator")
     config = parse_config(text, name)
     study = check_experiment(config, name)
     keys = str(rc.get("site-keys", ""))
     site_keys = json.loads(keys) if keys else None  # {site: its public key}: each node must prove its site
     if str(rc.get(PREFLIGHT_ONLY_KEY, "")).lower() in ("1", "true", "yes"):
-        link = SiteLink(grid, {"experiment": text, "name": name}, link_settings(config), site_keys=site_keys)
+        link = SiteLink(grid, {"experiment": text, "name": name, RUN_KEY: run_key},
+                        link_settings(config, len(study.clients())), site_keys=site_keys)
         link.connect(study.clients())
         write_preflight(check_sites(link, study.preflight_expectations()), Path(str(rc["out"])))
         return
 
     def runtime(study: Study, write: Records) -> FlowerRuntime:
-        link = SiteLink(grid, {"experiment": text, "name": name}, link_settings(config), on_missed=write,
+        clients = study.clients()
+        link = SiteLink(grid, {"experiment": text, "name": name, RUN_KEY: run_key},
+                        link_settings(config, len(clients)), on_missed=write, on_participation=write,
                         site_keys=site_keys)
-        link.connect(study.clients())
+        if resume:  # what happened before the checkpoint is in its records: the report counts it too
+            before = read_run_records(partial)[0]
+            link.missed = [r for r in before if r.get("type") == "missed"]
+            link.participation = [r for r in before if r.get("type") == "participation"]
+            link.refused = [r for r in before if r.get("type") == "refused"]
+        link.connect(clients)
         preflight = check_sites(link, study.preflight_expectations())
         refuse(preflight)  # before any training: a site without what the experiment needs stops the run here
-        return FlowerRuntime(link, study.algorithm, preflight)
+        return FlowerRuntime(link, study.algorithm, run_key, preflight)
 
-    run_study(config, Path(str(rc["out"])), config_file=name, runtime_factory=runtime)
+    if resume:
+        resume_study(partial, runtime_factory=runtime)
+    else:
+        run_study(config, Path(str(rc["out"])), config_file=name, runtime_factory=runtime)
 
 
 PREFLIGHT_ONLY_KEY = "preflight-only"  # run config: greet the sites, check their data, write preflight.json, stop

@@ -275,6 +275,28 @@ def clientapps(
     serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval)
 
 
+def _resumable(resume: Path) -> tuple[Path, Path, Path]:
+    """(partial directory, final run directory, its config.toml) of a run across sites to
+    continue; fails naming the problem (a finished run, a run of `fedcare run`, no checkpoint)."""
+    from fedcare.studies.rundir import describe_partial, final_of, partial_of, read_run_info
+
+    partial = partial_of(resume).resolve()
+    if not partial.is_dir():
+        done = final_of(partial)
+        _fail(f"--resume {resume}: " + ("this run finished; there is nothing to resume" if done.is_dir()
+                                        else "no such run directory (it lives on the coordinator's machine)"))
+    info = read_run_info(partial)[0]
+    if info.get("runtime") != "flower":
+        _fail(f"--resume {partial}: not a run across sites; continue it with: fedcare resume {partial}")
+    if info.get("status") == "running":
+        problem = describe_partial(partial)
+        if "another run is writing here" in problem:
+            _fail(f"--resume {partial}: {problem.split(': ', 1)[1]}")
+    if not (partial / "config.toml").is_file():
+        _fail(f"--resume {partial}: no config.toml in it")
+    return partial, final_of(partial), partial / "config.toml"
+
+
 def with_gpus(federation_config: str, gpus_per_site: float) -> str:
     """A Simulation Engine's federation config with the experiment's GPU share per simulated
     site (Ray's client_resources), unless the config already gives one."""
@@ -316,8 +338,10 @@ def _print_preflight(out: Path) -> None:
 
 @flower_app.command("run")
 def run_command(
-    config: Annotated[Path, typer.Argument(help="Experiment TOML file (as for `fedcare run`).")],
-    federation: Annotated[str, typer.Option(help="The SuperLink connection in $FLWR_HOME/config.toml.")],
+    config: Annotated[Optional[Path], typer.Argument(help="Experiment TOML file (as for `fedcare run`).")] = None,
+    federation: Annotated[str, typer.Option(help="The SuperLink connection in $FLWR_HOME/config.toml.")] = "",
+    resume: Annotated[Optional[Path], typer.Option(help="Continue this interrupted run across the sites (its .partial "
+                                                        "directory, on the coordinator's machine) instead of a new one.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override a config key (repeatable).")] = [],
     out: Annotated[Optional[Path], typer.Option(help="Run directory, on the coordinator's machine (default runs/<config>-flower-<time>).")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(help="Simulation only: the data every simulated site reads.")] = None,
@@ -330,12 +354,21 @@ def run_command(
     preflight_only: Annotated[bool, typer.Option(help="Only check each site's data summary against the experiment "
                                                       "(written to OUT/preflight.json), then stop; no training.")] = False,
 ) -> None:
-    """Researcher: run an experiment across the sites, wait for it, fail unless it completed."""
+    """Researcher: run an experiment across the sites, wait for it, fail unless it completed
+    (or, with --resume, continue an interrupted one from its last finished unit)."""
     from fedcare.config import ConfigError, to_toml
     from fedcare.deployment.app import check_experiment
     from fedcare.runtime.flower.identity import SiteKeyError, read_site_keys
     from fedcare.studies.load import load_config
+    from fedcare.studies.rundir import partial_of
 
+    if not federation:
+        _fail("--federation: not given (the SuperLink connection in $FLWR_HOME/config.toml)")
+    if (config is None) == (resume is None):
+        _fail("give the experiment's CONFIG file, or --resume RUN_DIR.partial to continue an interrupted run")
+    if resume is not None:
+        partial, out, config = _resumable(resume)
+        set_ = []
     try:
         experiment = load_config(config, set_)
         check_experiment(experiment, str(config))
@@ -351,13 +384,15 @@ def run_command(
         keys = read_site_keys(site_keys) if site_keys is not None else None
     except SiteKeyError as e:
         _fail(f"--site-keys {e}")
-    if out is None:
-        out = Path("runs") / f"{config.stem}-flower-{datetime.now():%Y%m%d-%H%M%S}"
-    out = out.resolve()
-    if out.exists():
-        _fail(f"{out}: run directory already exists; choose another --out or remove it")
+    if resume is None:
+        if out is None:
+            out = Path("runs") / f"{config.stem}-flower-{datetime.now():%Y%m%d-%H%M%S}"
+        out = out.resolve()
+        if out.exists():
+            _fail(f"{out}: run directory already exists; choose another --out or remove it")
     run_config = {"experiment": to_toml(experiment), "experiment-name": config.name, "out": str(out),
                   "data-dir": str(data_dir.resolve()) if data_dir else "", "state-dir": str(state_dir.resolve()) if state_dir else "",
+                  "resume": str(partial) if resume is not None else "",
                   "site-keys": json.dumps(keys) if keys is not None else "", "preflight-only": preflight_only}
     with tempfile.TemporaryDirectory(prefix="fedcare-flwr-") as tmp:
         app = Path(tmp) / "app"
@@ -368,7 +403,7 @@ def run_command(
         cmd = ["flwr", "run", str(app), federation, "--run-config", str(rc_file), "--stream"]
         if federation_config:
             cmd += ["--federation-config", with_gpus(federation_config, experiment.runtime.gpus_per_site)]
-        console.print(f"starting {config.name} on {federation!r}; run directory {out}")
+        console.print(f"{'continuing' if resume else 'starting'} {config.name} on {federation!r}; run directory {out}")
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     sys.stdout.write(proc.stdout)
@@ -381,7 +416,11 @@ def run_command(
         time.sleep(1)
         status = run_status(federation, run_id)
     if status["status"] != FINISHED_OK:
-        _fail(f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip())
+        kept = partial_of(out)
+        keys_option = f" --site-keys {site_keys}" if site_keys is not None else ""
+        hint = (f"; its finished units are kept: continue with fedcare flower run --resume {kept} --federation "
+                f"{federation}{keys_option}" if (kept / "checkpoint.pt").is_file() else "")
+        _fail(f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip() + hint)
     console.print(f"run {run_id} completed in {time.perf_counter() - t0:.0f} s")
     if preflight_only:
         _print_preflight(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -74,7 +75,8 @@ def _duration(started: Any, finished: Any) -> str | None:
 
 # missed operations and refused nodes (Flower runs) and a resume on other arithmetic are told in the notes;
 # the run directory's own name is the table's first row
-NOT_FACTS = {"title", "synthetic", "notes", "missed", "refused", "compute_changes", "version_changes", "run_dir"}
+NOT_FACTS = {"title", "synthetic", "notes", "missed", "refused", "participation", "incomplete_sites", "flower_run",
+             "compute_changes", "version_changes", "run_dir"}
 # labels of run.json keys every study writes (a study's known_facts put its own first)
 FACT_LABELS = {
     "study": "Study", "config_file": "Config file", "seeds": "Seeds", "methods": "Methods", "status": "Status",
@@ -153,10 +155,15 @@ def incomplete_text(run_info: Mapping[str, Any]) -> str | None:
     says first: how many of its units finished and how to continue it."""
     status = run_info.get("status", "finished")
     if status == "finished":
+        short = run_info.get("incomplete_sites") or []
+        if run_info.get("complete", True) is False and short:  # a run across sites that lost a site on the way
+            return (f"INCOMPLETE FEDERATION: site(s) {', '.join(map(str, short))} did not take part in every round "
+                    "(late or missing: see the notes); these numbers are those of the sites that answered.")
         return None
     progress = run_info.get("progress") or {}
+    how = "`fedcare flower run --resume`" if run_info.get("runtime") == "flower" else "`fedcare resume`"
     return (f"INCOMPLETE: {progress.get('units_done', '?')} of {progress.get('units_total', '?')} units (the run "
-            f"{status}); these numbers cover the finished units only. `fedcare resume` continues the run.")
+            f"{status}); these numbers cover the finished units only. {how} continues the run.")
 
 
 def incomplete_html(run_info: Mapping[str, Any]) -> str | None:
@@ -164,7 +171,7 @@ def incomplete_html(run_info: Mapping[str, Any]) -> str | None:
     text = incomplete_text(run_info)
     if text is None:
         return None
-    body = esc(text).replace("`fedcare resume`", "<code>fedcare resume</code>")
+    body = re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
     return f'<div class="banner incomplete" role="alert">{body}</div>'
 
 

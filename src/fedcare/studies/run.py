@@ -65,9 +65,11 @@ def run_study(
                 runtime_factory=runtime_factory, saved=None)
 
 
-def resume_study(partial: Path, *, progress: Progress | None = None) -> Path:
+def resume_study(partial: Path, *, progress: Progress | None = None,
+                 runtime_factory: RuntimeFactory | None = None) -> Path:
     """Continue an interrupted run (its `.partial` directory) from its last finished unit;
-    the records end as an uninterrupted run's would. In this process only."""
+    the records end as an uninterrupted run's would. A run across sites continues across the
+    sites (`runtime_factory`: `fedcare flower run --resume`), a local one in this process."""
     run = RunDirectory.reopen(partial)
     try:
         config = load_config(run.partial / "config.toml")
@@ -76,11 +78,13 @@ def resume_study(partial: Path, *, progress: Progress | None = None) -> Path:
     except BaseException:
         run.release()
         raise
-    if info.get("runtime") == "flower":
+    if (info.get("runtime") == "flower") != (runtime_factory is not None):
         run.release()
-        raise ValueError(f"{run.partial}: a run across sites on Flower cannot be resumed here")
+        raise ValueError(f"{run.partial}: a run across sites continues across them: fedcare flower run --resume "
+                         f"{run.partial} --federation NAME" if runtime_factory is None else
+                         f"{run.partial}: a run in one process continues there: fedcare resume {run.partial}")
     return _run(run, config, config_file=str(info.get("config_file", "")), progress=progress, keep_partial=True,
-                runtime_factory=None, saved=saved or {})
+                runtime_factory=runtime_factory, saved=saved or {})
 
 
 def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: Progress | None, keep_partial: bool,
@@ -125,8 +129,9 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         study.check_privacy()
         runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
         _check_robustness(study, runtime)
-        if runtime_factory is None:
-            checkpoint = Checkpoint(partial, records, saved)
+        if hasattr(runtime, "start_facts"):  # a run across sites: said from the start (a resume goes across them too)
+            update_run_info(partial, **runtime.start_facts())
+        checkpoint = Checkpoint(partial, records, saved)
         protocol = study.protocol(runtime, records.write, progress, checkpoint)
         if checkpoint is not None:
             checkpoint.units_total = protocol.units_total
@@ -239,7 +244,9 @@ def _stopped(run: RunDirectory, error: BaseException, keep_partial: bool, checkp
             pass  # e.g. the disk is full: what is on it stays
         run.release()
         what = f"{done} of {total} units finished" if total else "nothing finished"
-        return f"kept {run.partial} ({what}); continue with: fedcare resume {run.partial}"
+        flower = read_run_info(run.partial)[0].get("runtime") == "flower"
+        how = f"fedcare flower run --resume {run.partial} --federation NAME" if flower else f"fedcare resume {run.partial}"
+        return f"kept {run.partial} ({what}); continue with: {how}"
     run.remove()
     return "nothing was finished; nothing kept"
 

@@ -14,6 +14,7 @@ from those arrays (share-everything algorithms such as FedAvg), replied as Flowe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,28 @@ SiteOpener = Callable[[Mapping[str, Any], Context], tuple[Site, Builder]]
 
 
 
+RUN_KEY = "run"  # greeting: the fedcare run (kept across `fedcare flower run --resume`), named by a hex key
+
+
 def _state_file(context: Context, site: Site) -> Path | None:
+    """`<state-dir>/run-<key>/client-<id>.pt`: the key is the fedcare run's from the greeting (the
+    same for a resumed run, which is a new Flower run), else Flower's run id."""
     state_dir = context.node_config.get(STATE_DIR_KEY) or context.run_config.get(STATE_DIR_KEY)
     if not state_dir:
         return None
-    return Path(str(state_dir)) / f"run-{context.run_id}" / f"client-{site.client}.pt"
+    run = context.run_id
+    if GREETING in context.state.config_records:
+        key = json.loads(str(context.state.config_records[GREETING]["json"])).get(RUN_KEY)
+        if key is not None:
+            if not re.fullmatch(r"[0-9a-f]{8,64}", str(key)):  # it names a folder on the site's disk
+                raise SiteError(f"the greeting's run key {str(key)[:80]!r} is not a hex key")
+            run = key
+    return Path(str(state_dir)) / f"run-{run}" / f"client-{site.client}.pt"
+
+
+def _kept_file(state_file: Path | None) -> Path | None:
+    """Where a site keeps its state as of the coordinator's last checkpoint (`SiteNode._keep`)."""
+    return None if state_file is None else state_file.with_suffix(".kept.pt")
 
 
 def build_client_app(open_site: SiteOpener) -> ClientApp:
@@ -62,9 +80,9 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
     def open_node(opened: tuple[Site, Builder], context: Context) -> SiteNode:
         """The site's client, resumed from `Context.state`, else (a restarted SuperNode) from its state file."""
         site, builder = opened
-        node = SiteNode(site, builder)
+        state_file = _state_file(context, site)
+        node = SiteNode(site, builder, _kept_file(state_file))
         if not node.restore_from(context.state):
-            state_file = _state_file(context, site)
             if state_file is not None:
                 node.load(state_file)
         nodes[(context.run_id, context.node_id)] = node

@@ -8,9 +8,14 @@
   a node must prove with its site's key that it is that site (`identity`): a node that
   cannot is refused, recorded, and never greeted again.
 - Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
-  sleeps 3 s between polls; a site that does not answer within `round_timeout`, or that the
-  SuperLink reports unavailable, has missed that operation: the exchange goes on with the
-  sites that answered (at least `min_sites`), and the miss is recorded for the report.
+  sleeps 3 s between polls; a site that does not answer within `round_timeout` is late
+  (`late_sites`: dropped until it reconnects, skipped for this exchange, or waited for), one
+  that the SuperLink reports unavailable has missed that operation: the exchange goes on with
+  the sites that answered (at least `min_sites`, else the run stops below quorum), and each
+  fit records who answered, was late, was missing (a "participation" record).
+- A coordinator's checkpoint (`FlowerClients.state_dict`) holds no site's state: every message
+  is numbered (`Mark`), the checkpoint says after which message each site's state counts, and
+  the site keeps a copy of that state in its state folder; a resumed run sends `Resume`.
 - Operations that need no answer (after-aggregation, snapshot, restore, taking a setup
   answer) wait in a per-site queue and travel with the next message to that site: one
   message exchange per fit and per evaluation, the rest rides along. Each site runs its
@@ -46,7 +51,7 @@ from fedcare.runtime.clients import (
     Work,
 )
 from fedcare.runtime.flower.identity import claim_problem, new_challenge
-from fedcare.runtime.flower.records import Begin, decode_results, encode_ops
+from fedcare.runtime.flower.records import Begin, Mark, Resume, decode_results, encode_ops, op_from_plain, op_to_plain
 
 HELLO = "fedcare-hello"
 # A node that crashed or left: the SuperLink answers for it with one of these.
@@ -59,22 +64,34 @@ class FlowerRunError(RuntimeError):
     not match the experiment. The message names the sites."""
 
 
+LATE_POLICIES = ("wait", "skip-round", "drop")
+
+
 @dataclass(frozen=True)
 class LinkSettings:
     min_sites: int = 1  # an exchange goes ahead when at least this many sites answered
     round_timeout: float = 600.0  # seconds to wait for the sites' replies to one exchange
+    # a site that has not answered within round_timeout: "drop" (not asked again until its
+    # SuperNode reconnects), "skip-round" (misses this exchange, asked again at the next) or
+    # "wait" (waited for until it answers or the SuperLink reports it gone)
+    late_sites: str = "drop"
     connect_timeout: float = 300.0  # seconds to wait for every site at the start
     poll_interval: float = 0.05  # seconds between two looks for replies
 
 
 class SiteLink:
     def __init__(self, grid: Grid, hello: Mapping[str, Any], settings: LinkSettings,
-                 on_missed: Callable[[dict], None] | None = None, site_keys: Mapping[str, str] | None = None):
+                 on_missed: Callable[[dict], None] | None = None, on_participation: Callable[[dict], None] | None = None,
+                 site_keys: Mapping[str, str] | None = None):
+        if settings.late_sites not in LATE_POLICIES:
+            raise ValueError(f"late_sites {settings.late_sites!r}: expected one of {', '.join(LATE_POLICIES)}")
         self.grid = grid
         self.site_keys = None if site_keys is None else dict(site_keys)  # None: sites are taken at their word
         self.hello = dict(hello)  # what every site is greeted with (the experiment, as TOML text)
         self.settings = settings
         self.on_missed = on_missed
+        self.on_participation = on_participation  # gets each fit's (and setup's) participation record
+        self.participation: list[dict] = []  # per fit/setup exchange: which sites answered, were late, missing
         self.node_of: dict[ClientId, int] = {}
         self.site_of: dict[ClientId, str] = {}
         self.summaries: dict[ClientId, dict] = {}
@@ -89,7 +106,10 @@ class SiteLink:
 
     def _message(self, content: RecordDict, node: int, message_type: str) -> Message:
         # the TTL keeps a message the site could not take in time from reaching it later (a
-        # restarted SuperNode would otherwise first run an operation the server gave up on)
+        # restarted SuperNode would otherwise first run an operation the server gave up on);
+        # a server that waits for late sites keeps Flower's default TTL
+        if self.settings.late_sites == "wait":
+            return Message(content, dst_node_id=node, message_type=message_type)
         return Message(content, dst_node_id=node, message_type=message_type, ttl=self.settings.round_timeout)
 
     # -- who is who --------------------------------------------------------------------
@@ -172,15 +192,18 @@ class SiteLink:
         return self.site_of.get(cid, str(cid))
 
     # -- exchanges ---------------------------------------------------------------------
-    def _collect(self, messages: list[Message], timeout: float) -> dict[int, Message]:
+    def _collect(self, messages: list[Message], timeout: float, late: set[int] | None = None) -> dict[int, Message]:
         """Push the messages, poll for replies until each has one or `timeout` passes; keyed
-        by node id (a node gets at most one message per exchange)."""
+        by node id (a node gets at most one message per exchange). With `late` (a set to fill),
+        the nodes that have not answered by `timeout` are put in it and waited for (late sites: "wait")."""
         ids = dict(zip(self.grid.push_messages(messages), (m.metadata.dst_node_id for m in messages)))
         replies: dict[int, Message] = {}
         deadline = time.monotonic() + timeout
-        while ids and time.monotonic() < deadline:
+        while ids and (late is not None or time.monotonic() < deadline):
             for reply in self.grid.pull_messages(list(ids)):
                 replies[ids.pop(reply.metadata.reply_to_message_id)] = reply
+            if late is not None and not late and time.monotonic() >= deadline:
+                late.update(ids.values())
             if ids:
                 time.sleep(self.settings.poll_interval)
         return replies
@@ -192,14 +215,18 @@ class SiteLink:
         wanted = sorted(ops)
         reachable = [c for c in wanted if c in self.node_of]
         messages = [self._message(encode_ops(ops[c]), self.node_of[c], MessageType.TRAIN) for c in reachable]
-        by_node = self._collect(messages, self.settings.round_timeout) if messages else {}
+        late_nodes: set[int] | None = set() if self.settings.late_sites == "wait" else None
+        by_node = self._collect(messages, self.settings.round_timeout, late_nodes) if messages else {}
         results: dict[ClientId, list] = {}
+        late: list[ClientId] = [c for c in reachable if self.node_of[c] in (late_nodes or ())]
         for c in wanted:
             reply = by_node.get(self.node_of.get(c, -1)) if c in reachable else None
             if reply is None:
-                if c in reachable:  # silent: do not wait for it again until it rejoins
-                    self._silent.add(self.node_of.pop(c))
-                self._miss(c, what)
+                if c in reachable:
+                    late.append(c)
+                    if self.settings.late_sites == "drop":  # silent: not waited for again until it rejoins
+                        self._silent.add(self.node_of.pop(c))
+                self._miss(c, {**what, "late": c in reachable})
             elif reply.has_error():
                 if reply.error.code not in UNAVAILABLE:
                     raise FlowerRunError(f"site {self.site_name(c)!r} failed: {reply.error.reason.strip()}")
@@ -207,18 +234,38 @@ class SiteLink:
                 self._miss(c, what)
             else:
                 results[c] = decode_results(reply.content)
+        if what.get("operation") in ("fit", "setup"):
+            self._participation(what, wanted, results, late)
         needed = min(self.settings.min_sites, len(wanted))
         if len(results) < needed:
             raise FlowerRunError(
-                f"{what}: only {len(results)} of {len(wanted)} sites answered (min_sites = {self.settings.min_sites}); "
-                f"missing: {[self.site_name(c) for c in wanted if c not in results]}")
+                f"below quorum: {_describe(what)}: only {len(results)} of {len(wanted)} sites answered "
+                f"(min_sites = {self.settings.min_sites}); missing: {[self.site_name(c) for c in wanted if c not in results]}. "
+                "The run stops here; its finished units are kept")
         return results
 
+    def _participation(self, what: Mapping[str, Any], wanted: list[ClientId], results: Mapping[ClientId, list],
+                       late: list[ClientId]) -> None:
+        """One exchange's record of who answered, was late (did not answer within round_timeout;
+        with "wait" it may have answered after) and was missing (not connected, or gone)."""
+        names = self.site_name
+        record = {"type": "participation", **what, "policy": self.settings.late_sites,
+                  "answered": sorted(names(c) for c in results), "late": sorted(names(c) for c in set(late)),
+                  "missing": sorted(names(c) for c in wanted if c not in results and c not in late)}
+        self.participation.append(record)
+        if self.on_participation is not None:
+            self.on_participation(record)
+
     def _miss(self, cid: ClientId, what: Mapping[str, Any]) -> None:
+        what = {k: v for k, v in what.items() if k != "late" or v}  # "late": only for a late site
         record = {"type": "missed", "site": self.site_name(cid), "client": cid, **what}
         self.missed.append(record)
         if self.on_missed is not None:
             self.on_missed(record)
+
+
+def _describe(what: Mapping[str, Any]) -> str:
+    return " ".join(f"{k} {v}" for k, v in what.items() if k not in ("data",))
 
 
 class FlowerClients:
@@ -236,21 +283,55 @@ class FlowerClients:
         self.reset: set[ClientId] = set()
         self.pending: dict[ClientId, list] = {}
         self.in_snapshot: set[ClientId] = set()
+        # messages of this federation to each site, numbered (`Mark`): the last sent, the last
+        # answered, and the one whose state the coordinator's last checkpoint refers to
+        self.sent: dict[ClientId, int] = {}
+        self.answered: dict[ClientId, int] = {}
+        self.kept: dict[ClientId, int] = {}
+        self.resume_from: dict[ClientId, int] = {}  # a resumed run: where each site continues from
 
     def _ops(self, cid: ClientId, new: list) -> list:
         ops = []
         joins = self.link.joins.get(cid, 0)
         if self.ready.get(cid) != joins:  # first contact, or the site rejoined: (re)start it
-            ops.append(Begin(self.algorithm, self.seed, self.initial, reset=cid in self.reset))
+            if cid in self.resume_from:
+                ops.append(Resume(self.algorithm, self.seed, self.resume_from[cid]))
+            else:
+                ops.append(Begin(self.algorithm, self.seed, self.initial, reset=cid in self.reset))
             self.reset.discard(cid)
             self.ready[cid] = joins
+        self.sent[cid] = self.sent.get(cid, 0) + 1
+        ops.append(Mark(self.sent[cid], self.kept.get(cid)))
         ops += self.pending.pop(cid, [])
         return [(self.namespace, op) for op in ops + new]
 
     def _exchange(self, new_ops: Mapping[ClientId, list], what: Mapping[str, Any]) -> dict[ClientId, Any]:
         ops = {c: self._ops(c, new_ops[c]) for c in sorted(new_ops)}
         results = self.link.exchange(ops, {**self.label, **what})
+        for c in results:
+            self.answered[c] = self.sent[c]
+            self.resume_from.pop(c, None)
         return {c: r[-1] for c, r in results.items()}  # the last operation's result is the asked-for one
+
+    # -- a resumable run's checkpoint (`fedcare.studies.checkpoint`) -----------------------
+    def state_dict(self) -> dict:
+        """The coordinator's side of this federation's clients: the operations waiting for the
+        sites and, per site, the message after which its state counts. The state itself stays at
+        the site: the next message tells the site to keep a copy of it (`Mark`)."""
+        self.kept = {c: self.answered[c] for c in self.ready if c in self.answered}
+        return {"namespace": self.namespace, "kept": dict(self.kept),
+                "pending": {c: [op_to_plain(op) for op in ops] for c, ops in self.pending.items()},
+                "in_snapshot": sorted(self.in_snapshot), "reset": sorted(self.reset)}
+
+    def load_state_dict(self, saved: dict) -> None:
+        """Continue the checkpointed federation: each site goes back to its kept state at first contact."""
+        self.namespace = saved["namespace"]
+        self.kept = dict(saved["kept"])
+        self.resume_from = dict(saved["kept"])
+        self.sent, self.answered = dict(saved["kept"]), dict(saved["kept"])
+        self.ready = {c: -1 for c in self.kept}  # -1: no join count yet: Resume at first contact
+        self.pending = {c: [op_from_plain(op) for op in ops] for c, ops in saved["pending"].items()}
+        self.in_snapshot, self.reset = set(saved["in_snapshot"]), set(saved["reset"])
 
     def fit(self, phase: str, rnd: int, work: Work) -> dict[ClientId, FedMessage]:
         return self._exchange({c: [Fit(phase, rnd, m, d)] for c, (m, d) in work.items()},

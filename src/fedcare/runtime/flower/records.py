@@ -59,8 +59,30 @@ class Begin:
     reset: bool = False
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Continue a federation that the coordinator checkpointed (a resumed run, `fedcare flower
+    run --resume`): from the client state this site had after the federation's message `seq`,
+    kept on the site's own disk (see `Mark`)."""
+
+    algorithm: str
+    seed: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Opens every message of a federation to a site: it is message `seq`, and the coordinator's
+    last checkpoint holds this site's state after message `kept` (None: none yet). The site keeps
+    a copy of that state until the next checkpoint, so that a resumed run can go back to it."""
+
+    seq: int
+    kept: int | None = None
+
+
 _OP_NAMES = {Fit: "fit", AfterAggregation: "after_aggregation", Setup: "setup", ReceiveSetup: "receive_setup",
-             Evaluate: "evaluate", Exchange: "exchange", Snapshot: "snapshot", Restore: "restore", Begin: "begin"}
+             Evaluate: "evaluate", Exchange: "exchange", Snapshot: "snapshot", Restore: "restore", Begin: "begin",
+             Resume: "resume", Mark: "mark"}
 _OP_TYPES = {v: k for k, v in _OP_NAMES.items()}
 OPS = "fedcare-ops"
 RESULTS = "fedcare-results"
@@ -86,6 +108,17 @@ def encode_ops(ops: list[tuple[str, Operation | Begin]]) -> RecordDict:
         described.append(d)
     content[OPS] = ConfigRecord({"json": json.dumps(described)})
     return content
+
+
+def op_to_plain(op: Operation) -> dict:
+    """An operation as a dict of plain values and `Message`s: what a coordinator's checkpoint
+    may hold (`fedcare.studies.checkpoint` reads only tensors, messages and plain data)."""
+    return {"op": _OP_NAMES[type(op)], **vars(op)}
+
+
+def op_from_plain(plain: dict) -> Operation:
+    fields = dict(plain)
+    return _OP_TYPES[fields.pop("op")](**fields)
 
 
 def _message(content: RecordDict, key: str) -> Message:

@@ -28,7 +28,7 @@ from fedcare.algorithms.training import ClientData
 from fedcare.files import atomic_write_bytes
 from fedcare.runtime.clients import ClientRunner
 from fedcare.runtime.sites import Builder, Site, SiteError
-from fedcare.runtime.flower.records import Begin, record_to_tensors, tensors_to_record
+from fedcare.runtime.flower.records import Begin, Mark, Resume, record_to_tensors, tensors_to_record
 
 SITE_META = "fedcare-site"
 
@@ -66,26 +66,41 @@ class FactorySite:
 class SiteNode:
     """One site's client within the current federation, run operation by operation."""
 
-    def __init__(self, site: Site, builder: Builder):
+    def __init__(self, site: Site, builder: Builder, kept_file: Path | None = None):
         self.site = site
         self.builder = builder
         self.model = builder.new_model()
         self.namespace: str | None = None
         self.algorithm_name = ""
         self.runner: ClientRunner | None = None
+        self.seq = 0  # the last message of this federation the site ran (`Mark`)
+        self.kept: int | None = None  # the message after which `kept_file` holds this federation's state
+        self.kept_file = kept_file  # the state a coordinator's checkpoint refers to (None: no state folder)
 
     def handle(self, ops: list[tuple[str, Any]]) -> list:
         results = []
+        seq = None
         for namespace, op in ops:
             if isinstance(op, Begin):
                 if op.reset or namespace != self.namespace:
                     self._begin(namespace, op)
                 results.append(None)
                 continue
+            if isinstance(op, Resume):
+                self._continue(namespace, op)
+                results.append(None)
+                continue
             if namespace != self.namespace or self.runner is None:
                 raise SiteError(f"client {self.site.client!r}: no state for federation {namespace!r} (it never began here)")
+            if isinstance(op, Mark):
+                self._keep(op.kept)
+                seq = op.seq
+                results.append(None)
+                continue
             data = self.site.data(op.data) if hasattr(op, "data") else None
             results.append(self.runner.run(op, self.model, data))
+        if seq is not None:
+            self.seq = seq
         return results
 
     def _begin(self, namespace: str, op: Begin) -> None:
@@ -93,13 +108,39 @@ class SiteNode:
         load_tensors(self.model, op.model.tensors)
         self.namespace, self.algorithm_name = namespace, op.algorithm
         self.runner = ClientRunner(algorithm.client, op.seed, self.site.client, algorithm.client.init_state(self.model))
+        self.seq, self.kept = 0, None
+
+    # -- a coordinator's checkpoint: the site keeps its side of it ---------------------------
+    def _keep(self, kept: int | None) -> None:
+        """The coordinator checkpointed this site's state after message `kept`: copy it aside
+        (once), before this message changes it. A site without a state folder keeps nothing."""
+        if kept is None or kept == self.kept or kept != self.seq or self.kept_file is None:
+            return
+        self.kept = kept
+        self.save(self.kept_file)
+
+    def _continue(self, namespace: str, op: Resume) -> None:
+        """A resumed coordinator continues this federation after message `op.seq`: the current
+        state if the site ran nothing since, else the copy kept at the checkpoint."""
+        if namespace == self.namespace and self.runner is not None and self.seq == op.seq:
+            return
+        if self.kept_file is not None and self.kept_file.is_file():
+            payload = torch.load(self.kept_file, weights_only=True)
+            meta = payload["meta"]
+            if meta.get("namespace") == namespace and meta.get("seq") == op.seq:
+                self._resume(meta, payload["state"], payload["best"])
+                return
+        where = f"in {self.kept_file.parent}" if self.kept_file is not None else "(it runs without a state folder)"
+        raise SiteError(f"client {self.site.client!r}: cannot continue this run: no state of its federation "
+                        f"{namespace!r} after message {op.seq} is kept {where}; the state folder was lost or "
+                        "belongs to another run")
 
     # -- persistence: Context.state and the state file hold the same thing -----------------
     def meta(self) -> dict:
         if self.runner is None:
             return {}
         return {"namespace": self.namespace, "algorithm": self.algorithm_name, "seed": self.runner.seed,
-                "has_best": self.runner.best is not None}
+                "has_best": self.runner.best is not None, "seq": self.seq, "kept": self.kept}
 
     def store(self, context_state: RecordDict) -> None:
         context_state[SITE_META] = ConfigRecord({"json": json.dumps(self.meta())})
@@ -140,3 +181,4 @@ class SiteNode:
         self.namespace, self.algorithm_name = meta["namespace"], meta["algorithm"]
         self.runner = ClientRunner(algorithm.client, int(meta["seed"]), self.site.client, state)
         self.runner.best = best
+        self.seq, self.kept = int(meta.get("seq", 0)), meta.get("kept")
