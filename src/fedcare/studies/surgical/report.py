@@ -373,6 +373,10 @@ better than FL (p about 0.5), FedDyn is worse than CENT.</li>
 <li>GradDiff (||w_k - w_new||^2) and CosSim (cosine of client k's update with the global
 update) are computed by the server on each aggregation; the thesis reads a falling GradDiff as
 convergence and a CosSim near 0 as clients pulling in unrelated directions.</li>
+<li>The orderings table checks the thesis's findings on Table A.1's means, with Table 6.1's
+test for each; the convergence table says whether each method's training loss had settled
+(less than 2% over the last 3 rounds) after falling, so that an ordering is read between
+trained models, not between a model and its initialisation.</li>
 <li>A tool a client's test set never shows (HEI2's Suction-Irrigation in the thesis) scores
 F1 = 0 there and counts in the macro mean, as in the thesis.</li>
 </ul>
