@@ -417,6 +417,9 @@ def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path, monkeypatch)
     assert "Table A.1: final macro F1 per client test set" in result.output
     assert "| ALTV |" in result.output and "| FedAvg |" in result.output and "| CENT |" in result.output
     assert "Table 6.1" in result.output
+    assert "The thesis's orderings on this run" in result.output and "| FedAvg > ALTV |" in result.output
+    assert "Has each method's training loss converged?" in result.output  # 1 round: none has
+    assert (tmp_path / "demo" / "tables" / "convergence.csv").read_text().count(",False") == 3
     assert json.loads((tmp_path / "demo" / "run.json").read_text())["synthetic"] is True
     assert (tmp_path / "demo" / "synthetic-data" / "cholec80").is_dir()
     assert any((tmp_path / "demo" / "frame-cache").rglob("*")) and not (tmp_path / "home" / ".cache" / "fedcare").exists()
