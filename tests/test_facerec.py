@@ -381,3 +381,17 @@ def test_the_thesis_orderings_are_checked_on_the_tables_numbers_with_the_paired_
     table = tables(s)["orderings"]
     assert table.columns[-2:] == ["p (paired t-test)", "n"] and len(table.rows) == len(checks)
     assert "orderings" not in tables(Scores([dict(e, method=e["method"] + "x") for e in evals], unseen={3}))
+
+
+def test_the_printed_summary_has_table_a1_and_the_orderings(tmp_path):
+    """What `fedcare demo facerec` prints after the run: Table A.1, then the orderings table."""
+    from fedcare.studies.facerec.report import summary_markdown
+
+    rows = [{"type": "client_eval", "method": m, "seed": seed, "path": 1, "client": c, "tar_global": 0.3 + 0.1 * c,
+             "tar_tuned": 0.4 + 0.05 * c + 0.01 * seed + (0.1 + 0.03 * (seed == 1) if m == "hfmaml" else 0.0)}
+            for m in ("fedavg", "hfmaml") for seed in range(3) for c in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "run.json").write_text(json.dumps({"unseen": [2]}))
+    text = summary_markdown(tmp_path)
+    assert text.index("Table A.1: mean TAR@FAR") < text.index("The thesis's orderings on this run")
+    assert "| HF-MAML beats FL: hfmaml tuned > fedavg tuned (trained) | 57.0 | 46.0 | yes |" in text
