@@ -6,6 +6,8 @@
 - Fairness (Tables A.2-style): the std of TAR across clients, per run and path, averaged.
 - Tests: per method, the client-averaged score of every (run, path); paired Student's t-test
   and Wilcoxon signed-rank (scipy, two-sided) against the first method, matching (run, path).
+- Orderings: the thesis's findings (`THESIS_ORDERINGS`) checked on these numbers, each with the
+  paired t-test's p (the table layout is `fedcare.report.orderings`'s, shared with the surgical study).
 - Plots: per-client TAR before and after tuning."""
 
 from __future__ import annotations
