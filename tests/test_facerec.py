@@ -355,3 +355,43 @@ def test_paired_tests_on_too_few_pairs_are_marked_as_meaningless():
     assert "too few pairs" in few.caption
     enough = tables(Scores(evals(MIN_PAIRS), unseen=set()))["tests"]
     assert all(row[3] == str(MIN_PAIRS) and "too few" not in row[4] + row[5] for row in enough.rows)
+
+
+def test_the_thesis_orderings_are_checked_on_the_tables_numbers_with_the_paired_test():
+    """Issue 29: the demo shows the thesis's orderings (claim, holds, numbers, the paired test's p)."""
+    from fedcare.studies.facerec.report import Scores, orderings, paired_tests, tables
+
+    import random
+
+    rng = random.Random(0)  # hfmaml 0.1 above fedavg everywhere, plus noise
+    evals = [{"method": m, "seed": seed, "path": path, "client": c,
+              "tar_global": 0.5 + 0.05 * rng.random() + (0.1 if m == "hfmaml" else 0.0),
+              "tar_tuned": 0.55 + 0.05 * rng.random() + (0.1 if m == "hfmaml" else 0.0)}
+             for m in ("fedavg", "hfmaml") for seed in range(2) for path in range(1, 5) for c in (1, 2, 3)]
+    s = Scores(evals, unseen={3})
+    checks = {c.claim: c for c in orderings(s)}
+    beats = checks["HF-MAML beats FL: hfmaml tuned > fedavg tuned (trained)"]
+    assert beats.holds and beats.left == pytest.approx(s.mean("hfmaml", "tar_tuned", "trained"))
+    assert beats.n == 8 and beats.p == paired_tests(s.per_run("hfmaml", "tar_tuned", "trained"),
+                                                    s.per_run("fedavg", "tar_tuned", "trained"))[0]
+    assert "tuning raises TAR: fedavg tuned > fedavg global (unseen)" in checks
+    fair = checks["HF-MAML lowers the std across clients: hfmaml std tuned < fedavg std tuned (trained)"]
+    assert fair.left == pytest.approx(s.fairness("hfmaml", "tar_tuned", "trained"))
+    assert not any("-local" in claim or "fedfr" in claim for claim in checks)  # only what the run's methods show
+    table = tables(s)["orderings"]
+    assert table.columns[-2:] == ["p (paired t-test)", "n"] and len(table.rows) == len(checks)
+    assert "orderings" not in tables(Scores([dict(e, method=e["method"] + "x") for e in evals], unseen={3}))
+
+
+def test_the_printed_summary_has_table_a1_and_the_orderings(tmp_path):
+    """What `fedcare demo facerec` prints after the run: Table A.1, then the orderings table."""
+    from fedcare.studies.facerec.report import summary_markdown
+
+    rows = [{"type": "client_eval", "method": m, "seed": seed, "path": 1, "client": c, "tar_global": 0.3 + 0.1 * c,
+             "tar_tuned": 0.4 + 0.05 * c + 0.01 * seed + (0.1 + 0.03 * (seed == 1) if m == "hfmaml" else 0.0)}
+            for m in ("fedavg", "hfmaml") for seed in range(3) for c in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "run.json").write_text(json.dumps({"unseen": [2]}))
+    text = summary_markdown(tmp_path)
+    assert text.index("Table A.1: mean TAR@FAR") < text.index("The thesis's orderings on this run")
+    assert "| HF-MAML beats FL: hfmaml tuned > fedavg tuned (trained) | 57.0 | 46.0 | yes |" in text

@@ -35,7 +35,7 @@ from fedcare.studies.surgical.aggregate import (ALTV, EGOV, Run, Score, View, fi
 from fedcare.studies.surgical.config import (SurgicalData, SurgicalExperiment, SurgicalModel, SurgicalSynthetic,
                                              SurgicalTrain)
 from fedcare.studies.surgical.models import WeightsError, build_model, load_weights
-from fedcare.studies.surgical.report import one_sided_p, orderings, stalled, table_a1, unsettled
+from fedcare.studies.surgical.report import convergence, one_sided_p, orderings, stalled, table_a1, unsettled
 from fedcare.studies.surgical.updates import update_statistics
 
 CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2", "CHO3"]
@@ -167,12 +167,34 @@ def test_the_thesis_orderings_and_stalled_methods_are_read_from_the_records():
     run = Run(clients=["HEI1"], tools=["a"], train_frames={"HEI1": 1.0}, methods=[], seeds=[])
     views = {name: View({"HEI1": Score({"a": f1})}, Score({})) for name, f1 in
              (("ALTV", 0.4), ("fedavg", 0.5), ("feddyn", 0.45), ("fedprox", 0.3), ("cent", 0.49))}
-    assert orderings(views) == [("FedAvg > ALTV", 0.5, 0.4, True), ("FedDyn <= ALTV", 0.45, 0.4, False),
-                                ("FedProx > ALTV", 0.3, 0.4, False), ("CENT >= FedAvg - 0.02", 0.49, 0.5, True)]
+    checks = orderings(views)
+    assert [c[:4] for c in checks] == [("FedAvg > ALTV", 0.5, 0.4, True), ("FedDyn <= ALTV", 0.45, 0.4, False),
+                                       ("FedProx > ALTV", 0.3, 0.4, False), ("CENT >= FedAvg - 0.02", 0.49, 0.5, True)]
+    # p: Table 6.1's one-sided test that the left side is larger, on the client x tool values
+    assert [c.p for c in checks] == [one_sided_p([0.4], [0.5]), one_sided_p([0.4], [0.45]), one_sided_p([0.4], [0.3]),
+                                     one_sided_p([0.5], [0.49])]
+    assert all(c.n == 1 for c in checks) and checks[0].p < checks[2].p
     run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10}
                   for m, losses in (("lot", (1.004, 1.0)), ("fedavg", (1.0, 0.8))) for r, loss in enumerate(losses, 1)]
     notes = stalled(run)
     assert len(notes) == 1 and notes[0].startswith("LOT: the training loss moved only from 1.004 (round 1) to 1.000")
+
+
+def test_a_loss_has_converged_when_its_last_3_rounds_settle_and_it_has_fallen():
+    """docs/studies/surgical.md's criterion: (max - min) / L_R over rounds R-3..R < 2%, and
+    L_1 - L_R > 1% of L_1 (LOT's flat 1.004 -> 1.0 in the old 12-round demo is no convergence)."""
+    run = Run(clients=["HEI1"], tools=["a"], train_frames={"HEI1": 1.0}, methods=[], seeds=[])
+    curves = {"fedavg": (1.0, 0.8, 0.6, 0.509, 0.5, 0.505, 0.5),  # settle 0.018: converged
+              "fedprox": (1.0, 0.8, 0.6, 0.511, 0.5, 0.505, 0.5),  # settle 0.022: not yet
+              "lot": (1.004, 1.003, 1.002, 1.001, 1.0),  # settled but never fell
+              "cent": (1.0, 0.5, 0.5)}  # too few rounds to tell
+    run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10}
+                  for m, losses in curves.items() for r, loss in enumerate(losses, 1)]
+    result = {m: (settle, fall, ok) for m, _, _, settle, fall, ok in convergence(run)}
+    assert result["fedavg"] == (pytest.approx(0.018), pytest.approx(0.5), True)
+    assert result["fedprox"][0] == pytest.approx(0.022) and result["fedprox"][2] is False
+    assert result["lot"][0] < 0.02 and result["lot"][1] == pytest.approx(0.004 / 1.004) and result["lot"][2] is False
+    assert math.isnan(result["cent"][0]) and result["cent"][2] is False
 
 
 def test_an_ordering_within_the_last_rounds_swings_is_called_unsettled():
@@ -395,6 +417,9 @@ def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path, monkeypatch)
     assert "Table A.1: final macro F1 per client test set" in result.output
     assert "| ALTV |" in result.output and "| FedAvg |" in result.output and "| CENT |" in result.output
     assert "Table 6.1" in result.output
+    assert "The thesis's orderings on this run" in result.output and "| FedAvg > ALTV |" in result.output
+    assert "Has each method's training loss converged?" in result.output  # 1 round: none has
+    assert (tmp_path / "demo" / "tables" / "convergence.csv").read_text().count(",False") == 3
     assert json.loads((tmp_path / "demo" / "run.json").read_text())["synthetic"] is True
     assert (tmp_path / "demo" / "synthetic-data" / "cholec80").is_dir()
     assert any((tmp_path / "demo" / "frame-cache").rglob("*")) and not (tmp_path / "home" / ".cache" / "fedcare").exists()

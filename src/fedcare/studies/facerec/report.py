@@ -6,6 +6,8 @@
 - Fairness (Tables A.2-style): the std of TAR across clients, per run and path, averaged.
 - Tests: per method, the client-averaged score of every (run, path); paired Student's t-test
   and Wilcoxon signed-rank (scipy, two-sided) against the first method, matching (run, path).
+- Orderings: the thesis's findings (`THESIS_ORDERINGS`) checked on these numbers, each with the
+  paired t-test's p (the table layout is `fedcare.report.orderings`'s, shared with the surgical study).
 - Plots: per-client TAR before and after tuning."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 from fedcare.evaluation.statistics import nanmean
 from fedcare.report import write_report
 from fedcare.report.html import render_run_page, table_block
+from fedcare.report.orderings import Ordering, orderings_table
 from fedcare.report.plots import method_bars
 from fedcare.report.tables import Table, pct
 from fedcare.studies.rundir import read_run_records
@@ -149,7 +152,78 @@ def tables(s: Scores) -> dict[str, Table]:
                   "those are marked 'too few pairs'; more runs (seeds) give more pairs.", ["Comparison", "Clients", "Model", "Pairs",
                                                                  "t-test p", "Wilcoxon p"],
                   trows, ["method", "reference", "clients", "model", "pairs", "ttest_p", "wilcoxon_p"], tcsv)
-    return {"tar": mean, "fairness": fair, "tests": tests}
+    out = {"tar": mean, "fairness": fair, "tests": tests}
+    if orderings(s):
+        out["orderings"] = table_orderings(s)
+    return out
+
+
+# -- the thesis's orderings (reference/facerec-thesis.md §5, "Headline claims") ---------------
+# (finding, left (method, quantity), right (method, quantity), clients, relation); quantity:
+# tar_global / tar_tuned (Table A.1), increase (Table A.1's incr.), std_tuned (the fairness table)
+_VARIANTS = ("", "-local", "-reg", "-fair")
+THESIS_ORDERINGS = [
+    *[("HF-MAML beats FL", (f"hfmaml{v}", "tar_tuned"), (f"fedavg{v}", "tar_tuned"), g, ">")
+      for v in _VARIANTS for g in GROUPS],
+    *[("FedFR is beaten after tuning", ("hfmaml", "tar_tuned"), ("fedfr", "tar_tuned"), g, ">") for g in GROUPS],
+    *[("tuning raises TAR", (m, "tar_tuned"), (m, "tar_global"), g, ">") for m in ("fedavg", "hfmaml") for g in GROUPS],
+    *[("regularisation: best untuned TAR, above all on new clients", (f"{m}-reg", "tar_global"), (m, "tar_global"),
+       "unseen", ">") for m in ("fedavg", "hfmaml")],
+    *[("regularisation: smallest tuning gain", (f"{m}-reg", "increase"), (m, "increase"), g, "<")
+      for m in ("fedavg", "hfmaml") for g in GROUPS],
+    *[("local head slightly better before tuning", (f"{m}-local", "tar_global"), (m, "tar_global"), "trained", ">")
+      for m in ("fedavg", "hfmaml")],
+    *[("global head slightly better after tuning", (m, "tar_tuned"), (f"{m}-local", "tar_tuned"), "trained", ">")
+      for m in ("fedavg", "hfmaml")],
+    ("HF-MAML lowers the std across clients", ("hfmaml", "std_tuned"), ("fedavg", "std_tuned"), "trained", "<"),
+    ("q-FedAvg brings no fairness gain", ("fedavg-fair", "std_tuned"), ("fedavg", "std_tuned"), "trained", ">="),
+]
+_SHOWN = {"tar_global": "global", "tar_tuned": "tuned", "increase": "incr.", "std_tuned": "std tuned"}
+
+
+def _table_value(s: Scores, method: str, quantity: str, group: str) -> float:
+    """The number Table A.1 (or the fairness table) shows."""
+    if quantity == "increase":
+        return increase(s.mean(method, "tar_global", group), s.mean(method, "tar_tuned", group))
+    if quantity == "std_tuned":
+        return s.fairness(method, "tar_tuned", group)
+    return s.mean(method, quantity, group)
+
+
+def _per_run(s: Scores, method: str, quantity: str, group: str) -> dict[tuple, float]:
+    """The same quantity per (run, path), the paired tests' samples."""
+    if quantity == "increase":
+        before, after = s.per_run(method, "tar_global", group), s.per_run(method, "tar_tuned", group)
+        return {k: increase(before[k], after[k]) for k in before if k in after}
+    if quantity == "std_tuned":
+        return s.per_run(method, "tar_tuned", group, lambda v: np.nanstd(v, ddof=0))
+    return s.per_run(method, quantity, group)
+
+
+def orderings(s: Scores) -> list[Ordering]:
+    """The thesis's findings that this run's methods and clients can show: holds on the
+    tables' numbers; p: the paired t-test (two-sided, `paired_tests`) over (run, path)."""
+    relations = {">": lambda a, b: a > b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b}
+    out = []
+    for finding, (lm, lq), (rm, rq), group, rel in THESIS_ORDERINGS:
+        if lm not in s.methods or rm not in s.methods or not s.group(group):
+            continue
+        left, right = _table_value(s, lm, lq, group), _table_value(s, rm, rq, group)
+        t, _, n = paired_tests(_per_run(s, lm, lq, group), _per_run(s, rm, rq, group))
+        holds = math.isfinite(left) and math.isfinite(right) and relations[rel](left, right)
+        out.append(Ordering(f"{finding}: {lm} {_SHOWN[lq]} {rel} {rm} {_SHOWN[rq]} ({group})", left, right, holds, t, n))
+    return out
+
+
+def table_orderings(s: Scores) -> Table:
+    return orderings_table(
+        orderings(s), title="The thesis's orderings on this run", number=pct, test="p (paired t-test)", min_n=MIN_PAIRS,
+        caption=("The Hess thesis's findings (Sec. 5-6) as comparisons of this run's numbers: TAR@FAR (%) and its "
+                 "relative increase from Table A.1, the std of tuned TAR across clients from the fairness table; "
+                 "'trained'/'unseen': the clients that trained / never trained (the thesis's 1-15 / 16-20). p: "
+                 "two-sided paired t-test over (run, path) of the client-averaged values, n pairs (the tests "
+                 f"table's test); with fewer than {MIN_PAIRS} pairs it is marked 'only n' and says nothing. The "
+                 "thesis's numbers come from 10 runs x 5 paths of 30 rounds on real faces."))
 
 
 def build_report(run_dir: Path, run_info: dict, notes: list[str]) -> Path:
@@ -173,4 +247,6 @@ def build_report(run_dir: Path, run_info: dict, notes: list[str]) -> Path:
 
 
 def summary_markdown(run_dir: Path) -> str:
-    return tables(Scores(_evals(run_dir), _unseen(run_dir)))["tar"].markdown()
+    """Table A.1 and, when the run's methods show any, the thesis's orderings, in Markdown."""
+    t = tables(Scores(_evals(run_dir), _unseen(run_dir)))
+    return "\n".join(t[name].markdown() for name in ("tar", "orderings") if name in t).rstrip()
