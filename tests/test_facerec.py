@@ -31,15 +31,25 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("seed, far", [(0, 0.1), (1, 0.1), (2, 0.05), (3, 0.3)])
-def test_tar_at_far_is_the_roc_point_scikit_learn_finds(seed, far):
+@pytest.mark.parametrize("seed, far, n", [(0, 0.1, 1000), (1, 0.1, 1000), (2, 0.05, 1000), (3, 0.3, 1000),
+                                          (4, 0.29, 100), (5, 0.1, 37)])
+def test_tar_at_far_is_scikit_learns_roc_read_at_the_far_asked_for(seed, far, n):
     rng = np.random.default_rng(seed)
-    genuine, impostor = rng.normal(1.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000)
+    genuine, impostor = rng.normal(1.0, 1.0, 1000), rng.normal(0.0, 1.0, n)
     tar, reached, threshold = tar_at_far(genuine, impostor, far)
-    fpr, tpr, _ = roc_curve(np.r_[np.ones(1000), np.zeros(1000)], np.r_[genuine, impostor], drop_intermediate=False)
-    assert reached <= far and reached > far - 0.002  # the FAR reached: at most the target, within one impostor
-    assert tar == pytest.approx(tpr[fpr <= reached + 1e-12].max())  # the ROC's best TAR at that FAR
+    fpr, tpr, _ = roc_curve(np.r_[np.ones(1000), np.zeros(n)], np.r_[genuine, impostor], drop_intermediate=False)
+    assert tar == pytest.approx(tpr[fpr <= far].max())  # the ROC's best TAR at the FAR asked for
+    assert reached == pytest.approx(fpr[fpr <= far].max())  # no ties: exactly floor(far * n) impostors pass
     assert (impostor > threshold).mean() == reached
+
+
+def test_tar_at_far_with_tied_impostor_scores_stays_within_the_far():
+    # 10 impostors, FAR 0.2 allows 2; the top three tie, so the ROC's point below 0.2 accepts none
+    impostor = np.array([0.9, 0.9, 0.9] + [0.1] * 7)
+    genuine = np.array([0.95, 0.5, 0.05])
+    fpr, tpr, _ = roc_curve(np.r_[np.ones(3), np.zeros(10)], np.r_[genuine, impostor], drop_intermediate=False)
+    assert tar_at_far(genuine, impostor, 0.2)[:2] == (pytest.approx(tpr[fpr <= 0.2].max()), 0.0)
+    assert tar_at_far(genuine, impostor, 0.3)[:2] == (pytest.approx(2 / 3), pytest.approx(0.3))
 
 
 def test_sampled_pairs_are_genuine_and_impostor_and_score_by_cosine():

@@ -20,10 +20,13 @@ from typer.testing import CliRunner
 from fedcare.cli import app
 
 SHRINK = ["protocol.rounds=1", 'methods=["local", "FedBN"]', "protocol.noise_multipliers=[1.5]", "inversion.steps=2",
-          "data.clients=3", "data.train=16", "data.test=16"]
+          "data.clients=3", "data.train=16", "data.test=16", "protocol.shadow_models=2"]
 SETS = [a for s in SHRINK for a in ("--set", s)]
 UNITS = 3 + 5  # local and FedBN plain, local under DP-SGD; the five inversion cases
-AUDIT_HEADER = "| privacy | method | epsilon | accuracy | peer_auc | peer_tpr_1pct | own_auc | own_tpr_1pct |"
+AUDIT_HEADER = ("| privacy | method | epsilon | accuracy | peer_auc | peer_tpr_1pct | peer_tpr_01pct | own_auc | "
+                "own_tpr_1pct | own_tpr_01pct |")
+LIRA_HEADER = ("| privacy | method | epsilon | peer_lira_auc | peer_lira_tpr_1pct | peer_lira_tpr_01pct | own_lira_auc | "
+               "own_lira_tpr_1pct | own_lira_tpr_01pct |")
 
 
 def strict_json(text: str):
@@ -46,7 +49,7 @@ def test_the_privacy_demo_is_a_study_run_with_its_results_on_stdout(demo):
     result, out = demo
     assert "fedcare demo --privacy is the same as `fedcare demo privacy_audit`" in result.stderr
     # the tables go to stdout, whole (not wrapped at 80 columns), like every demo's summary
-    assert AUDIT_HEADER in result.stdout.splitlines()
+    assert AUDIT_HEADER in result.stdout.splitlines() and LIRA_HEADER in result.stdout.splitlines()
     assert "| none | local | inf |" in result.stdout and "| DP sigma=1.5 | local |" in result.stdout
     assert "| baseline: flat image (nothing recovered) | 0 |" in result.stdout
     assert f"Report: {out.resolve() / 'report.html'}" in result.stdout and "[8/8]" not in result.stdout
@@ -66,6 +69,7 @@ def test_every_path_the_demo_cites_exists(demo):
     assert {"tables/", "plots/", "plots/inversion.png", "plots/membership_auc.png", "metrics.jsonl"} <= cited
     assert [c for c in cited if not (out / c).exists()] == []
     assert (out / "tables" / "privacy_audit.csv").is_file() and (out / "tables" / "privacy_inversion.md").is_file()
+    assert (out / "tables" / "privacy_lira.csv").is_file()
     # `fedcare report` rebuilds the same tables from metrics.jsonl alone
     before = (out / "tables" / "privacy_audit.csv").read_bytes()
     (out / "tables" / "privacy_audit.csv").unlink()

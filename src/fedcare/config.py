@@ -340,7 +340,8 @@ class Experiment(Strict):
     @model_validator(mode="after")
     def _audit_offered(self) -> "Experiment":
         if self.privacy is not None and self.privacy.audit is not None and not self.offers_membership_audit:
-            raise ValueError(f"privacy.audit: the {self.study} study has no membership audit (the pain study has)")
+            raise ValueError(f"privacy.audit: the {self.study} study has no membership audit "
+                             f"(the pain, surgical and face studies have)")
         return self
 
     def relative_to(self, folder: Path) -> "Experiment":

@@ -27,11 +27,19 @@ BINARY_WEIGHT = "binary_head.weight"  # FedFR's private binary (SphereFace2-styl
 
 
 class ArcFaceHead(nn.Module):
-    """One unit-normalised direction per identity (rows of `weight`)."""
+    """One unit-normalised direction per identity (rows of `weight`).
+
+    Its weights are read only in `forward` (the cosines), never directly by a loss: DP-SGD's
+    per-example gradients (Opacus) come from hooks on the layer whose forward uses them, here
+    computed with functorch (no grad sampler is registered for this layer)."""
 
     def __init__(self, classes: int, dim: int = EMBEDDING, generator: torch.Generator | None = None):
         super().__init__()
         self.weight = nn.Parameter(init_head(classes, dim, generator))
+
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """cos θ (B, classes) between each embedding and each identity's direction."""
+        return F.linear(F.normalize(embeddings), F.normalize(self.weight))
 
 
 def init_head(classes: int, dim: int = EMBEDDING, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -50,6 +58,12 @@ class BinaryHead(nn.Module):
         self.weight = nn.Parameter(init_head(classes, dim))
         self.bias = nn.Parameter(torch.zeros(()))
 
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """(B, classes + 1): cos θ to each direction, then the bias in the last column (read
+        here, in the layer, for DP-SGD's per-example gradients: see `ArcFaceHead`)."""
+        cosine = F.linear(F.normalize(embeddings), F.normalize(self.weight))
+        return torch.cat([cosine, self.bias.expand(len(embeddings), 1)], dim=1)
+
 
 class FaceResNet(nn.Module):
     client_sized = (HEAD_WEIGHT, BINARY_WEIGHT)  # state-dict keys whose shape is a client's (local heads)
@@ -63,6 +77,7 @@ class FaceResNet(nn.Module):
             except (OSError, RuntimeError, KeyError, pickle.UnpicklingError) as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise ValueError(f"{weights}: not a ResNet-18 state dict ({first})") from None
+        out_of_place(self.backbone)
         self.embedding = nn.Linear(1000, EMBEDDING)
         self.head = ArcFaceHead(classes)
         self.binary_head = BinaryHead(0)
@@ -71,11 +86,37 @@ class FaceResNet(nn.Module):
         return self.embedding(self.backbone(x))
 
 
+class _BasicBlock(torchvision.models.resnet.BasicBlock):
+    """torchvision's block with the residual added out of place (the same numbers)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + identity)
+
+
+def out_of_place(backbone: nn.Module) -> None:
+    """No in-place ReLU or residual addition in `backbone`: DP-SGD's per-example gradients
+    (Opacus's backward hooks) wrap each layer's output, which an in-place operation would
+    overwrite ("a view ... is being modified inplace"). The values are the same."""
+    for module in backbone.modules():
+        if isinstance(module, nn.ReLU):
+            module.inplace = False
+        if type(module) is torchvision.models.resnet.BasicBlock:
+            module.__class__ = _BasicBlock
+
+
 def arcface_logits(embeddings: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, scale: float = 8.0,
                    margin: float = 0.5, present: torch.Tensor | None = None) -> torch.Tensor:
     """s·cos(θ_y + m) for the true class, s·cos θ_j for the others; classes not in `present`
     (a bool mask: the global head's classes absent from this client) get −∞ (thesis Eq. 3.2-3.3)."""
-    cosine = F.linear(F.normalize(embeddings), F.normalize(weight)).clamp(-1 + 1e-7, 1 - 1e-7)
+    return margin_logits(F.linear(F.normalize(embeddings), F.normalize(weight)), y, scale, margin, present)
+
+
+def margin_logits(cosine: torch.Tensor, y: torch.Tensor, scale: float = 8.0, margin: float = 0.5,
+                  present: torch.Tensor | None = None) -> torch.Tensor:
+    """`arcface_logits` from the cosines (`ArcFaceHead.forward`)."""
+    cosine = cosine.clamp(-1 + 1e-7, 1 - 1e-7)
     target = F.one_hot(y, cosine.shape[1]).bool()
     logits = scale * torch.where(target, torch.cos(torch.acos(cosine) + margin), cosine)
     if present is not None:
@@ -91,7 +132,7 @@ class ArcFaceLoss:
         self.scale, self.margin, self.present = scale, margin, present
 
     def embedded(self, model: nn.Module, embeddings: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = arcface_logits(embeddings, model.head.weight, y, self.scale, self.margin, self.present)
+        logits = margin_logits(model.head(embeddings), y, self.scale, self.margin, self.present)
         return F.cross_entropy(logits, y)
 
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -108,10 +149,11 @@ def binary_loss(embeddings: torch.Tensor, head: BinaryHead, y: torch.Tensor, sca
     (λ/s) log(1 + exp(−s(cos θ_y − m) − b)) + ((1 − λ)/s) Σ_{j≠y} log(1 + exp(s(cos θ_j + m) + b)),
     averaged over the batch. s, m, λ are not reported (thesis §2.6): 8 (the ArcFace scale), 0.4
     and 0.7 (SphereFace2's defaults)."""
-    cosine = F.linear(F.normalize(embeddings), F.normalize(head.weight))
+    out = head(embeddings)
+    cosine, bias = out[:, :-1], out[:, -1:]
     target = F.one_hot(y, cosine.shape[1]).bool()
-    positive = F.softplus(-scale * (cosine - margin) - head.bias)
-    negative = F.softplus(scale * (cosine + margin) + head.bias)
+    positive = F.softplus(-scale * (cosine - margin) - bias)
+    negative = F.softplus(scale * (cosine + margin) + bias)
     per = torch.where(target, lam * positive, (1 - lam) * negative).sum(dim=1) / scale
     return per.mean()
 

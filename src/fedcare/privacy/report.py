@@ -89,7 +89,8 @@ def membership_rows(records: list[dict]) -> list[dict]:
 MEMBERSHIP_CAPTION = (
     "The loss attack (Yeom et al. 2018; fedcare.privacy.audit) calls a frame a member when the model's loss on it "
     "is low: a lower bound on what an attacker can learn (a likelihood-ratio attack with shadow models, LiRA, is "
-    "stronger and not implemented), never a proof of privacy. AUC 0.5 = the attacker guesses. Per subject: "
+    "stronger: the privacy audit study runs it), never a proof of privacy. AUC 0.5 = the attacker guesses. "
+    "Per subject: "
     "members = distinct items of its last balanced training set; non-members = items of the same sessions whose "
     "frame it never trained on, as many as members per (session, label). AUC: mean over subjects and seeds ± its "
     "standard error across them; 'SE per subject': the mean Hanley-McNeil SE of one subject's AUC. TPR at FPR 1% "
@@ -101,8 +102,9 @@ MEMBERSHIP_CAPTION = (
 )
 
 
-def membership_table(records: list[dict]) -> Table | None:
-    """The audit's table (None when the run has no membership record)."""
+def membership_table(records: list[dict], caption: str | None = None) -> Table | None:
+    """The audit's table (None when the run has no membership record); `caption`: a study's
+    own (members, non-members, views) instead of the pain study's."""
     rows = membership_rows(records)
     if not rows:
         return None
@@ -120,7 +122,7 @@ def membership_table(records: list[dict]) -> Table | None:
                             f"{r['non_members']:.0f}"])
         csv_rows.append([r["method"], r["view"], r["epsilon"], r["n"], r.get("auc"), r.get("auc_sem"),
                          r.get("auc_se"), r.get("tpr_at_1pct_fpr"), r.get("members"), r.get("non_members")])
-    return Table("membership", "Membership inference (loss attack) per method and view", MEMBERSHIP_CAPTION,
+    return Table("membership", "Membership inference (loss attack) per method and view", caption or MEMBERSHIP_CAPTION,
                  columns, display,
                  ["method", "view", "dp_epsilon", "records", "auc", "auc_sem", "auc_se_per_subject",
                   "tpr_at_1pct_fpr", "members", "non_members"], csv_rows)

@@ -4,7 +4,7 @@ keys are errors naming the key. Defaults are the Hess thesis's protocol (referen
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -78,6 +78,7 @@ class FacerecOptions(Strict):
 
 
 class FacerecExperiment(Experiment):
+    offers_membership_audit: ClassVar[bool] = True  # [privacy.audit]: fedcare.privacy.client_audit
     title: str = "fedcare face-verification study (Hess)"
     study: Literal["facerec"]
     seeds: list[int] = Field(default_factory=lambda: list(range(10)), min_length=1)  # thesis: 10 runs

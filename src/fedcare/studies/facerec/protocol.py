@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fedcare.algorithms.training import ClientData
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.facerec.methods import labels_of
@@ -24,6 +25,12 @@ class FacerecProtocol(StudyProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.protocol.rounds
+        self.audit = None
+        privacy = self.config.privacy
+        if privacy is not None and privacy.audit is not None:  # [privacy.audit]: after each method's last round
+            from fedcare.privacy.client_audit import ClientMembershipAudit
+
+            self.audit = ClientMembershipAudit(self, privacy.audit)
 
     def training_clients(self) -> list[int]:
         unseen = set(self.config.protocol.unseen)
@@ -35,6 +42,16 @@ class FacerecProtocol(StudyProtocol):
                 "unseen": [c for c in self.config.protocol.unseen if c in summaries],
                 "training_clients": self.training_clients(), "rounds": self.config.protocol.rounds,
                 "impostors": self.config.protocol.impostors}
+
+    def membership_sets(self, labels: str):
+        """[privacy.audit]'s members (a client's training crops) and non-members (its test crops
+        of the same identities), labelled for the method's head."""
+        def sets(client: int):
+            site = self.runtime.sites[client]
+            test = site.data(f"eval/{labels}/1")
+            return site.data(f"train/{labels}"), ClientData(test.x, test.y)
+
+        return sets
 
     def global_classes(self) -> int:
         return max(s["global_classes"] for s in self.runtime.summaries().values())
@@ -75,5 +92,37 @@ class FacerecProtocol(StudyProtocol):
                 for path in range(1, paths + 1):
                     self.evaluate_clients(federation, {c: f"eval/{labels}/{path}" for c in clients}, METRICS,
                                           method=method, seed=seed, round=rnd)
+                if self.audit is not None:  # a local head's rows are its client's: no peer view
+                    self.audit.run(federation, training, method, seed, self.membership_sets(labels),
+                                   membership_losses(self.config), peer_view=labels == "global")
             self.finish_unit(f"seed {seed}: {method} round {rnd}", seed, method, rnd,
                              federation=federation.state_dict if rnd < rounds else None)
+
+
+def membership_losses(config):
+    """Per example, the ArcFace loss (margin included) with the client's head, over every class
+    of the head (training masks a global head's classes absent from the client; unmasked, the
+    loss is higher for members and non-members alike)."""
+    from fedcare.algorithms.training import as_float
+    from fedcare.device import device_of
+    from fedcare.models.face_resnet import margin_logits
+
+    t = config.train
+
+    @torch.no_grad()
+    def losses(model: nn.Module, data: ClientData):
+        import numpy as np
+        from torch.nn import functional as F
+
+        was_training = model.training
+        model.eval()
+        out = []
+        for start in range(0, len(data), 64):
+            x, y = as_float(data.x[start : start + 64].to(device_of(model))), data.y[start : start + 64]
+            cosine = model.head(model(x)).float().cpu()
+            out.append(F.cross_entropy(margin_logits(cosine, y, t.arcface_scale, t.arcface_margin), y,
+                                       reduction="none").numpy())
+        model.train(was_training)
+        return np.concatenate(out)
+
+    return losses

@@ -29,9 +29,13 @@ class AuditProtocol(Strict):
     noise_multipliers: list[float] = Field(default_factory=lambda: [0.6, 1.5])
     max_grad_norm: float = Field(1.0, gt=0)  # DP-SGD's C
     delta: float = Field(1e-5, gt=0, lt=1)  # the delta epsilon is reported at
+    # LiRA's shadow federations per case (offline LiRA, fedcare.privacy.lira); 0: the loss attack only
+    shadow_models: int = Field(4, ge=0)
 
     @model_validator(mode="after")
     def _positive_noise(self) -> "AuditProtocol":
+        if self.shadow_models == 1:
+            raise ValueError("protocol.shadow_models: LiRA needs at least 2 (a variance from one model), or 0 for none")
         if any(s <= 0 for s in self.noise_multipliers):
             raise ValueError("protocol.noise_multipliers: each must be > 0 (the plain run is always audited)")
         if len(set(self.noise_multipliers)) != len(self.noise_multipliers):

@@ -22,9 +22,13 @@ from fedcare.studies.privacy_audit.config import AuditData
 from fedcare.studies.rundir import SYNTHETIC_DIR
 
 
-def synthetic_client(client: int, seed: int, data: AuditData) -> tuple[ClientData, ClientData]:
-    """(train, held-out) images of one client: a weak class pattern, a client-specific offset
-    (so personalisation matters) and much noise; labels flipped for 20% (memorisable)."""
+def synthetic_client(client: int, seed: int, data: AuditData, shadows: int = 0) -> tuple[ClientData, ...]:
+    """(train, held-out, shadow 1, ..., shadow `shadows`) images of one client: a weak class
+    pattern, a client-specific offset (so personalisation matters) and much noise; labels
+    flipped for 20% (memorisable). The shadow sets (each as large as the training set) are the
+    public pool of the client's distribution that LiRA's shadow models train on: drawn after
+    the client's own sets from the same generator, so they share its offset and never contain
+    a member or a held-out example (and the client's own sets do not depend on them)."""
     g = torch_generator(seed, "privacy-demo", client)
     size = data.image_size
     pattern = torch.zeros(size, size)
@@ -32,32 +36,46 @@ def synthetic_client(client: int, seed: int, data: AuditData) -> tuple[ClientDat
     n = data.train + data.test
     y = (torch.rand(n, generator=g) < 0.5).float()
     x = 0.6 * torch.randn(n, 1, size, size, generator=g) + 0.3 * y[:, None, None, None] * pattern
-    x += 0.3 * torch.randn(1, 1, size, size, generator=g)  # the client's own offset
+    offset = 0.3 * torch.randn(1, 1, size, size, generator=g)  # the client's own
+    x += offset
     flip = torch.rand(n, generator=g) < 0.2
     y[flip] = 1 - y[flip]
-    return ClientData(x[: data.train], y[: data.train]), ClientData(x[data.train :], y[data.train :])
+    sets = [ClientData(x[: data.train], y[: data.train]), ClientData(x[data.train :], y[data.train :])]
+    for _ in range(shadows):
+        ys = (torch.rand(data.train, generator=g) < 0.5).float()
+        xs = 0.6 * torch.randn(data.train, 1, size, size, generator=g) + 0.3 * ys[:, None, None, None] * pattern
+        flip = torch.rand(data.train, generator=g) < 0.2
+        ys[flip] = 1 - ys[flip]
+        sets.append(ClientData(xs + offset, ys))
+    return tuple(sets)
 
 
 class AuditSite:
-    """One audit client (a `fedcare.runtime.sites.Site`); its sets are drawn once per run seed."""
+    """One audit client (a `fedcare.runtime.sites.Site`); its sets are drawn once per run seed.
+    References: "train/<seed>" (the members), "test/<seed>" (held out: the non-members),
+    "shadow<s>/<seed>" (LiRA's s-th shadow training set, s in 1..shadows)."""
 
     synthetic = True
 
-    def __init__(self, client: int, data: AuditData):
+    def __init__(self, client: int, data: AuditData, shadows: int = 0):
         self.client = client
         self.config = data
-        self._sets: dict[int, tuple[ClientData, ClientData]] = {}
+        self.shadows = shadows
+        self._sets: dict[int, tuple[ClientData, ...]] = {}
 
     def summary(self) -> dict:
         return {"train": self.config.train, "test": self.config.test}
 
     def data(self, ref: str) -> ClientData:
         kind, _, seed = ref.partition("/")
-        if kind not in ("train", "test") or not seed.lstrip("-").isdigit():
+        shadow = kind.removeprefix("shadow")
+        if kind not in ("train", "test") and not (shadow.isdigit() and 1 <= int(shadow) <= self.shadows) \
+                or not seed.lstrip("-").isdigit():
             raise ValueError(f"unknown privacy audit data reference {ref!r}")
-        if int(seed) not in self._sets:
-            self._sets = {int(seed): synthetic_client(self.client, int(seed), self.config)}  # one seed at a time
-        return self._sets[int(seed)][kind == "test"]
+        if int(seed) not in self._sets:  # one seed at a time
+            self._sets = {int(seed): synthetic_client(self.client, int(seed), self.config, self.shadows)}
+        index = {"train": 0, "test": 1}[kind] if kind in ("train", "test") else 1 + int(shadow)
+        return self._sets[int(seed)][index]
 
 
 # -- the gradient inversion's frames ------------------------------------------------------

@@ -5,9 +5,13 @@
    (`fedcare.privacy.audit`) on every client's training examples against its held-out ones,
    from two places: a peer (the next client's model: FedAvg's global model; PFDL and FedBN:
    the shared layers with the peer's own private ones; local: a model that never saw the
-   victim) and the victim's own model (what a breach of that client's device exposes). One
-   "audit" record per case: epsilon, accuracy, and the attack's AUC and TPR at FPR 1%,
-   averaged over the clients.
+   victim) and the victim's own model (what a breach of that client's device exposes); and
+   offline LiRA (`fedcare.privacy.lira`) from the same two places, its out distribution from
+   `protocol.shadow_models` shadow federations: the case's method and noise level trained the
+   same way on each client's shadow sets (the public pool of its distribution, never a
+   member), each from its own initial model; the shadow's own / peer model of a client plays
+   the target's. One "audit" record per case: epsilon, accuracy, and each attack's AUC and TPR
+   at FPR 1% and 0.1%, averaged over the clients.
 2. **Gradient inversion**, one unit per case of `privacy_audit.inversion.CASES`: the attack
    on one FedSGD step of the pain CNN on a batch of synthetic frames. One "inversion" record
    per case (PSNR, SSIM, the reconstructions); the first unit also writes the true frames
@@ -24,6 +28,7 @@ import torch
 
 from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy import private_model
+from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.privacy_audit.methods import algorithm_name, cases, dp_sgd, level_label
 from fedcare.tasks import BINARY
@@ -55,37 +60,69 @@ class PrivacyAuditProtocol(StudyProtocol):
 
     # -- membership inference -----------------------------------------------------------
     def audit(self, seed: int, method: str, sigma: float | None) -> dict:
-        """Train the case's federation, then attack every client from a peer's and its own model."""
+        """Train the case's federation, then attack every client from a peer's and its own model:
+        the loss attack, and LiRA against the shadow federations' models."""
         from fedcare.algorithms.training import predict
-        from fedcare.privacy.audit import attack_scores, per_example_losses
+        from fedcare.privacy.audit import attack_power, attack_scores, per_example_losses
+        from fedcare.privacy.lira import logit_confidence, offline_scores
 
         clients = sorted(self.runtime.summaries())
-        with torch.random.fork_rng():  # torch's global generator from the run seed, for this unit only
-            torch.manual_seed(seed)
-            model = private_model(self.study.new_model(), dp_sgd(sigma, self.config))
-            federation = self.runtime.federation(model, algorithm_name(method, sigma), seed)
-            info = {}
-            for rnd in range(1, self.config.protocol.rounds + 1):
-                info = federation.run_round("train", rnd, {c: f"train/{seed}" for c in clients})
-            own, peer, accuracy = [], [], []
+        sets = {c: tuple(self.runtime.pool({c: f"{kind}/{seed}"}) for kind in ("train", "test")) for c in clients}
+
+        def losses(view: str, federation) -> dict[int, tuple]:
+            """Per client, its (members', held-out) losses under its own or its peer's model."""
+            out = {}
             for i, c in enumerate(clients):  # one working model: each personal model is used before the next
-                members, held_out = (self.runtime.pool({c: f"{kind}/{seed}"}) for kind in ("train", "test"))
-                mine = federation.personal_model(c)
-                own.append(attack_scores(per_example_losses(mine, members, BINARY),
-                                         per_example_losses(mine, held_out, BINARY)))
-                scores, _ = predict(mine, held_out, BINARY)
-                accuracy.append(float(((scores > 0.5).float() == held_out.y).float().mean()))
-                other = federation.personal_model(clients[(i + 1) % len(clients)])
-                peer.append(attack_scores(per_example_losses(other, members, BINARY),
-                                          per_example_losses(other, held_out, BINARY)))
+                model = federation.personal_model(c if view == "own" else clients[(i + 1) % len(clients)])
+                out[c] = tuple(per_example_losses(model, data, BINARY) for data in sets[c])
+            return out
+
+        info, federation = self.train_case(seed, method, sigma, "train", seed)
+        target = {view: losses(view, federation) for view in ("own", "peer")}
+        accuracy = []
+        for c in clients:
+            scores, _ = predict(federation.personal_model(c), sets[c][1], BINARY)
+            accuracy.append(float(((scores > 0.5).float() == sets[c][1].y).float().mean()))
+        shadows = {view: [] for view in target}
+        for s in range(1, self.config.protocol.shadow_models + 1):
+            _, shadow = self.train_case(seed, method, sigma, f"shadow{s}", derive_seed(seed, "lira-shadow", s))
+            for view in shadows:
+                shadows[view].append(losses(view, shadow))
+        result = {}
+        for view in ("peer", "own"):
+            loss = [attack_scores(*target[view][c]) for c in clients]
+            result |= {f"{view}_auc": float(np.mean([r.auc for r in loss])),
+                       f"{view}_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in loss])),
+                       f"{view}_tpr_01pct": float(np.mean([r.tpr_at_01pct_fpr for r in loss]))}
+            if shadows[view]:
+                lira = []
+                for c in clients:
+                    members, held_out = (offline_scores(logit_confidence(target[view][c][k]),
+                                                        np.stack([logit_confidence(sh[c][k]) for sh in shadows[view]]))
+                                         for k in (0, 1))
+                    lira.append(attack_power(members, held_out))
+                result |= {f"{view}_lira_auc": float(np.mean([r.auc for r in lira])),
+                           f"{view}_lira_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in lira])),
+                           f"{view}_lira_tpr_01pct": float(np.mean([r.tpr_at_01pct_fpr for r in lira]))}
         epsilon = info.get(DP_EPSILON)
         return {"method": method, "epsilon": epsilon, **({"epsilon_note": NO_EPSILON} if epsilon is None else {}),
-                "accuracy": float(np.mean(accuracy)),
-                "peer_auc": float(np.mean([r.auc for r in peer])),
-                "peer_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in peer])),
-                "own_auc": float(np.mean([r.auc for r in own])),
-                "own_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in own])),
+                "accuracy": float(np.mean(accuracy)), **result, "shadow_models": self.config.protocol.shadow_models,
                 "clients": len(clients), "members": self.config.data.train, "non_members": self.config.data.test}
+
+    def train_case(self, seed: int, method: str, sigma: float | None, data: str, own_seed: int):
+        """(last round's info, federation) of the case's method at its level after
+        `protocol.rounds` rounds on each client's `<data>/<seed>` set; `own_seed` seeds its
+        randomness (torch's global generator for the model's init, for this federation only;
+        batches and DP-SGD's noise): the run seed for the target, a derived one per shadow."""
+        clients = sorted(self.runtime.summaries())
+        with torch.random.fork_rng():
+            torch.manual_seed(own_seed)
+            model = private_model(self.study.new_model(), dp_sgd(sigma, self.config))
+            federation = self.runtime.federation(model, algorithm_name(method, sigma), own_seed)
+            info = {}
+            for rnd in range(1, self.config.protocol.rounds + 1):
+                info = federation.run_round("train", rnd, {c: f"{data}/{seed}" for c in clients})
+        return info, federation
 
     # -- gradient inversion -------------------------------------------------------------
     def invert(self, seed: int) -> None:

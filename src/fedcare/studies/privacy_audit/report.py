@@ -1,8 +1,9 @@
 """The privacy audit's report, from metrics.jsonl and run.json alone:
 
     tables/privacy_audit.{csv,md}       per case (method x privacy level): epsilon, accuracy,
-                                        the loss attack's AUC and TPR at FPR 1% from a peer's
-                                        and the client's own model, means over the clients
+                                        the loss attack's AUC and TPR at FPR 1% and 0.1% from a
+                                        peer's and the client's own model, means over the clients
+    tables/privacy_lira.{csv,md}        the same for offline LiRA (when shadow models ran)
     tables/privacy_inversion.{csv,md}   per inversion case: tensors observed, PSNR, SSIM
     plots/membership_auc.png            the attack's AUC per case, peer and own
     plots/inversion.png                 the true frames and each case's reconstructions
@@ -25,7 +26,10 @@ from fedcare.report.tables import Table
 from fedcare.studies.privacy_audit.protocol import AUDIT, FRAMES, INVERSION
 from fedcare.studies.rundir import METRICS_FILE, read_run_records
 
-AUDIT_COLUMNS = ["privacy", "method", "epsilon", "accuracy", "peer_auc", "peer_tpr_1pct", "own_auc", "own_tpr_1pct"]
+AUDIT_COLUMNS = ["privacy", "method", "epsilon", "accuracy", "peer_auc", "peer_tpr_1pct", "peer_tpr_01pct",
+                 "own_auc", "own_tpr_1pct", "own_tpr_01pct"]
+LIRA_COLUMNS = ["privacy", "method", "epsilon", "peer_lira_auc", "peer_lira_tpr_1pct", "peer_lira_tpr_01pct",
+                "own_lira_auc", "own_lira_tpr_1pct", "own_lira_tpr_01pct"]
 INVERSION_COLUMNS = ["case", "observed_tensors", "psnr", "ssim"]
 KNOWN_FACTS = [
     ("study", "Study"), ("config_file", "Config file"), ("seeds", "Seeds"), ("methods", "Methods"),
@@ -50,14 +54,14 @@ def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict]]:
 
 
 def _fmt(v: Any) -> str:
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
+    return f"{v:.3f}" if isinstance(v, float) else "n/a" if v is None else str(v)
 
 
 def _table(name: str, title: str, caption: str, columns: list[str], rows: list[dict]) -> Table:
     """Display cells with 3 decimals, CSV cells raw; a seed column when several seeds ran."""
     if len({r["seed"] for r in rows}) > 1:
         columns = ["seed", *columns]
-    values = [[r[c] for c in columns] for r in rows]
+    values = [[r.get(c) for c in columns] for r in rows]  # .get: records of older runs lack the 0.1% column
     return Table(name, title, caption, columns, [[_fmt(v) for v in row] for row in values], columns, values)
 
 
@@ -69,7 +73,30 @@ def audit_table(audit: list[dict]) -> Table:
     return _table("privacy_audit", "Membership inference (loss attack) vs DP-SGD, synthetic data",
                   f"Mean over {first['clients']} clients of {first['members']} training (members) and "
                   f"{first['non_members']} held-out (non-members) examples; AUC 0.5 = the attack guesses. {fedbn}"
-                  f"Synthetic images, not patients.", AUDIT_COLUMNS, rows)
+                  f"{low_fpr_note(first['non_members'])}Synthetic images, not patients.", AUDIT_COLUMNS, rows)
+
+
+def lira_table(audit: list[dict]) -> Table | None:
+    """Offline LiRA's power per case; None when no case ran shadow models."""
+    rows = [{**r, "epsilon": math.inf if r["epsilon"] is None else r["epsilon"]} for r in audit if "own_lira_auc" in r]
+    if not rows:
+        return None
+    first = rows[0]
+    return _table("privacy_lira", "Membership inference (offline LiRA) vs DP-SGD, synthetic data",
+                  f"Offline LiRA (Carlini et al. 2022) against {first['shadow_models']} shadow federations per case, "
+                  f"each trained like the case on every client's public pool (never a member); mean over "
+                  f"{first['clients']} clients of {first['members']} members and {first['non_members']} non-members. "
+                  f"Compare with the loss attack's table: the same models, the same examples. "
+                  f"{low_fpr_note(first['non_members'])}Synthetic images, not patients.", LIRA_COLUMNS, rows)
+
+
+def low_fpr_note(non_members: int) -> str:
+    """What a TPR at FPR 1% / 0.1% can mean with this many non-members per client."""
+    reads = [f"{rate}%" for rate, n in (("1", 100), ("0.1", 1000)) if non_members < n]
+    if not reads:
+        return ""
+    return (f"With {non_members} non-members per client one false positive is FPR {100 / non_members:.1f}%: the TPR "
+            f"at FPR {' and '.join(reads)} is the TPR at no false positive. ")
 
 
 def inversion_table(inversion: list[dict], frames: list[dict]) -> Table:
@@ -88,6 +115,8 @@ def tables(audit: list[dict], inversion: list[dict], frames: list[dict]) -> dict
     found = {}
     if audit:
         found["privacy_audit"] = audit_table(audit)
+        if (lira := lira_table(audit)) is not None:
+            found["privacy_lira"] = lira
     if inversion:
         found["privacy_inversion"] = inversion_table(inversion, frames)
     return found
@@ -151,6 +180,10 @@ HOW_TO_READ = [
     "the peer's own private ones; local: a model that never saw the victim); <i>own</i>: the victim's own model, "
     "what a breach of its device exposes. The loss attack is the weakest standard attack: a low AUC is a lower "
     "bound on leakage, not a proof of privacy.",
+    "<b>LiRA.</b> The likelihood-ratio attack (offline form) compares the model's confidence on each example with "
+    "how confident shadow models trained the same way without it are: a hard example the model is sure of gives it "
+    "away even when its loss is not the lowest. Stronger than the loss attack, above all at low FPR; still a lower "
+    "bound on leakage.",
     "<b>epsilon.</b> DP-SGD's sample-level guarantee at the experiment's delta after the last round, the largest "
     "over the clients; inf: no DP-SGD, no bound.",
     "<b>Gradient inversion.</b> What an honest-but-curious server rebuilds from one client's FedSGD step: above the "
@@ -166,7 +199,8 @@ def render_page(run_info: Mapping[str, Any], tables_: Mapping[str, Table], plots
                  + "</ul>")]
     if "privacy_audit" in tables_:
         sections.append(("membership", "Membership inference", "Membership inference vs DP-SGD",
-                         table_block(tables_["privacy_audit"])))
+                         table_block(tables_["privacy_audit"])
+                         + (table_block(tables_["privacy_lira"]) if "privacy_lira" in tables_ else "")))
     if "privacy_inversion" in tables_:
         sections.append(("inversion", "Gradient inversion", "Gradient inversion",
                          table_block(tables_["privacy_inversion"])))

@@ -8,7 +8,7 @@ Choices where the thesis is silent are written next to their option.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -110,6 +110,7 @@ class SurgicalTrain(Train):
 
 
 class SurgicalExperiment(Experiment):
+    offers_membership_audit: ClassVar[bool] = True  # [privacy.audit]: fedcare.privacy.client_audit
     title: str = "fedcare surgical tool-presence study (Markert 2022)"
     study: Literal["surgical"]
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)

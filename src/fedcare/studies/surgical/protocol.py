@@ -43,6 +43,27 @@ THESIS_BATCH = {"alexnet": 128, "vgg13": 16}
 THESIS_CENT_LR = {"alexnet": 1e-4, "vgg13": 1e-5}
 
 
+@torch.no_grad()
+def membership_losses(model: nn.Module, data) -> "np.ndarray":
+    """Per frame, the unweighted BCE over the six tools (the attack's ranking; the training
+    loss's positive weights are a client's and would rank its frames by label, not membership)."""
+    import numpy as np
+    from torch.nn import functional as F
+
+    from fedcare.algorithms.training import as_float
+    from fedcare.device import device_of
+
+    was_training = model.training
+    model.eval()
+    losses = []
+    for start in range(0, len(data), 64):
+        out = model(as_float(data.x[start : start + 64].to(device_of(model)))).float().cpu()
+        losses.append(F.binary_cross_entropy_with_logits(out, data.y[start : start + 64].float(), reduction="none")
+                      .mean(dim=1).numpy())
+    model.train(was_training)
+    return np.concatenate(losses)
+
+
 class SurgicalProtocol(StudyProtocol):
     config: SurgicalExperiment
 
@@ -51,6 +72,11 @@ class SurgicalProtocol(StudyProtocol):
         c = self.config
         per_seed = sum(len(c.clients) if m == "lot" else 1 for m in c.methods) * c.train.rounds
         self.units_total = len(c.seeds) * per_seed
+        self.audit = None
+        if c.privacy is not None and c.privacy.audit is not None:  # [privacy.audit]: after each federation's last round
+            from fedcare.privacy.client_audit import ClientMembershipAudit
+
+            self.audit = ClientMembershipAudit(self, c.privacy.audit)
 
     # -- facts and notes ---------------------------------------------------------------
     def client_sizes(self) -> dict[str, dict]:
@@ -154,5 +180,13 @@ class SurgicalProtocol(StudyProtocol):
                     self.record("client_update", method=method, seed=seed, round=rnd, client=client, **s)
             self.evaluate_clients(federation, {c: "test" for c in clients}, METRICS, method=method, seed=seed,
                                   round=rnd, **point)
+            if rnd == rounds and self.audit is not None and owner is None and method != "cent":
+                self.audit.run(federation, clients, method, seed, self.membership_sets, membership_losses)
             self.finish_unit(f"{what} round {rnd}", *key, rnd,
                              federation=federation.state_dict if rnd < rounds else None)
+
+    def membership_sets(self, client: str):
+        """[privacy.audit]'s members (the client's training frames) and non-members (its test
+        frames: other videos, see docs/privacy.md on what that measures)."""
+        site = self.runtime.sites[client]
+        return site.data("train"), site.data("test")
