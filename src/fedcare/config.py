@@ -176,7 +176,7 @@ class ClientDP(Strict):
     noise_multiplier: float = Field(1.0, ge=0)
     clipping_norm: float = Field(1.0, gt=0)  # the fixed norm, or the adaptive norm's start
     adaptive: bool = False  # adapt the norm towards the `target_quantile` of update norms
-    target_quantile: float = Field(0.5, ge=0, le=1)
+    target_quantile: float = Field(0.5, ge=0, le=1)  # gamma: the fraction of updates left unclipped, C tends to that quantile
     clip_norm_lr: float = Field(0.2, gt=0)  # the geometric update's learning rate
     clipped_count_stddev: float | None = Field(None, ge=0)  # None: clients / 20, Flower's default
     delta: float = Field(1e-5, gt=0, lt=1)  # the target delta epsilon is reported for

@@ -7,7 +7,9 @@ clipped to the clipping norm C (one L2 norm over all tensors); the clipped repli
 averaged uniformly (every reply's weight is set to 1: with example weights the sensitivity
 would be the largest weight times C, not C / m); Gaussian noise of std noise_multiplier * C / m
 is added to the average. Adaptive clipping moves C geometrically towards the target quantile
-of the update norms, from a noisy count of clipped replies (Flower's rule and defaults).
+of the update norms, from a noisy count of *unclipped* replies (Andrew et al. 2021, eq. 1 and
+Algorithm 1: b_i = 1 when ||Delta_i|| <= C, C <- C * exp(-eta (b_bar - gamma))): when fewer than
+the target fraction fit under C, C grows; when more do, it shrinks.
 
 Choices written down:
 - Only a server half whose aggregation is the plain weighted average can be wrapped: noise
@@ -15,7 +17,11 @@ Choices written down:
   aggregation (FedAP, FedDyn, q-FedAvg); the others are refused with the reason.
 - Adaptive: Flower updates C before adding the round's noise, so the noise is scaled by the
   next round's norm; here the noise uses the norm the updates were clipped to (the one the
-  sensitivity is), and C moves afterwards. Clipping and the norm update equal Flower's.
+  sensitivity is), and C moves afterwards.
+- Adaptive, the count: Flower 1.41 counts the *clipped* replies and applies the paper's update
+  to that fraction, which moves C away from its target (all clipped: C shrinks further). Here
+  the paper's count of unclipped replies is used; docs/privacy.md gives a reproduction of
+  Flower's behaviour. Fixed clipping equals Flower's (tests/test_privacy_client_dp.py).
 - Integer tensors (BatchNorm's counter) carry no gradient: they are averaged unclipped.
 - Accounting: the Gaussian mechanism composed over rounds with Opacus's RDP accountant at
   sampling rate 1 (no amplification, as Flower's accounting requires): conservative when a
@@ -98,17 +104,17 @@ class ClientDPServer(ServerHalf):
         if not replies or not current.tensors:
             return current
         c, m, release = self.clipping_norm, len(replies), len(self.ledger.releases)
-        clipped, n_clipped = {}, 0
+        clipped, n_unclipped = {}, 0
         for client in sorted(replies):
             tensors, was_clipped = clip_update(current.tensors, replies[client].tensors, c)
-            n_clipped += was_clipped
+            n_unclipped += not was_clipped  # the paper's b_i: the update fits under C
             clipped[client] = Message(tensors, {**replies[client].scalars, NUM_EXAMPLES: 1.0})
         cfg = self.config
         sigma = cfg.noise_multiplier
         if cfg.adaptive:
             count_std, sigma = adaptive_noise(cfg.noise_multiplier, m, cfg.clipped_count_stddev)
-            noisy = numpy_rng(self.seed, "client-dp-count", release).normal(n_clipped, count_std) if count_std else n_clipped
-            self.clipping_norm = c * math.exp(-cfg.clip_norm_lr * (noisy / m - cfg.target_quantile))
+            noisy = numpy_rng(self.seed, "client-dp-count", release).normal(n_unclipped, count_std) if count_std else n_unclipped
+            self.clipping_norm = next_clipping_norm(c, noisy / m, cfg.target_quantile, cfg.clip_norm_lr)
         averaged = self.inner.aggregate(current, clipped)
         generator = torch_generator(self.seed, "client-dp-noise", release)
         std = sigma * c / m
@@ -119,6 +125,13 @@ class ClientDPServer(ServerHalf):
         scalars = {**averaged.scalars, CLIPPING_NORM: self.clipping_norm,
                    CLIENT_DP_EPSILON: self.ledger.epsilon(cfg.delta)}
         return Message(noised, scalars)
+
+
+def next_clipping_norm(norm: float, unclipped_fraction: float, target_quantile: float, lr: float) -> float:
+    """Andrew et al.'s geometric update: C * exp(-lr * (b_bar - gamma)), b_bar the (noisy)
+    fraction of updates whose norm was at most C. Its fixed point is the gamma-quantile of the
+    update norms: more than gamma unclipped -> C shrinks, fewer -> C grows."""
+    return norm * math.exp(-lr * (unclipped_fraction - target_quantile))
 
 
 def clip_update(current: Mapping[str, torch.Tensor], reply: Mapping[str, torch.Tensor],
