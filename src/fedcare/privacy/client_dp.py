@@ -26,6 +26,11 @@ Choices written down:
 - Accounting: the Gaussian mechanism composed over rounds with Opacus's RDP accountant at
   sampling rate 1 (no amplification, as Flower's accounting requires): conservative when a
   round samples a fraction of the clients. The ledger is never rolled back by snapshots.
+  `client_dp_epsilon` composes every release; per client, only the releases it took part in.
+- Budget (`target_epsilon`): the noise multiplier is calibrated before the first round so that
+  `budget_rounds` releases spend the target (Opacus's get_noise_multiplier, rate 1); a client
+  whose next release would cross it is left out of the round (`over_budget`; the round's
+  record lists it as skipped).
 """
 
 from __future__ import annotations
@@ -58,18 +63,30 @@ def adaptive_noise(noise_multiplier: float, clients: int, clipped_count_stddev: 
 
 
 class Ledger:
-    """Noise multipliers of the releases made. Shared, not copied, by a snapshot of the server
-    (deepcopy): early stopping going back to a round does not unspend privacy."""
+    """Noise multipliers of the releases made, and per client those it took part in. Shared,
+    not copied, by a snapshot of the server (deepcopy): early stopping going back to a round
+    does not unspend privacy."""
 
     def __init__(self) -> None:
         self.releases: list[float] = []
+        self.clients: dict[ClientId, list[float]] = {}
 
     def __deepcopy__(self, memo: dict) -> "Ledger":
         return self
 
-    def epsilon(self, delta: float) -> float:
-        rows = torch.tensor([[s, 1.0, 1] for s in self.releases], dtype=torch.float64, device="cpu").reshape(-1, 3)
+    def epsilon(self, delta: float, releases: list[float] | None = None) -> float:
+        releases = self.releases if releases is None else releases
+        rows = torch.tensor([[s, 1.0, 1] for s in releases], dtype=torch.float64, device="cpu").reshape(-1, 3)
         return epsilon(rows, delta)
+
+
+def calibrated_noise(config: ClientDP) -> float:
+    """The noise multiplier with which `budget_rounds` releases (sampling rate 1, the
+    accounting used here) spend exactly `target_epsilon` at `delta` (Opacus)."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(get_noise_multiplier(target_epsilon=config.target_epsilon, target_delta=config.delta, sample_rate=1.0,
+                                      steps=config.budget_rounds, accountant="rdp"))
 
 
 class ClientDPServer(ServerHalf):
@@ -81,6 +98,8 @@ class ClientDPServer(ServerHalf):
                                f"({type(inner).__name__}), so noise on the plain average would not protect what it "
                                f"releases; client-level DP applies to plain-averaging algorithms (FedAvg, FedProx, "
                                f"FedBN, FedPer, FedRep, FedDG, PFDL)")
+        if config.target_epsilon is not None:  # the budget fixes the noise before the first round
+            config = config.model_copy(update={"noise_multiplier": calibrated_noise(config)})
         self.inner, self.config = inner, config
         self.split, self.weighting = inner.split, inner.weighting
         self.clipping_norm = config.clipping_norm
@@ -99,6 +118,19 @@ class ClientDPServer(ServerHalf):
 
     def message_for(self, client, message):
         return self.inner.message_for(client, message)
+
+    def over_budget(self, clients: list[ClientId]) -> list[ClientId]:
+        """The clients whose taking part in one more release would cross target_epsilon."""
+        cfg = self.config
+        if cfg.target_epsilon is None:
+            return []
+        return [c for c in clients
+                if self.ledger.epsilon(cfg.delta, [*self.ledger.clients.get(c, []), cfg.noise_multiplier])
+                > cfg.target_epsilon]
+
+    def spent_per_client(self) -> dict[str, float]:
+        """Each client's epsilon so far: the releases it took part in, composed."""
+        return {str(c): self.ledger.epsilon(self.config.delta, r) for c, r in sorted(self.ledger.clients.items())}
 
     def aggregate(self, current: Message, replies: Mapping[ClientId, Message]) -> Message:
         if not replies or not current.tensors:
@@ -122,6 +154,8 @@ class ClientDPServer(ServerHalf):
                                                   device=generator.device).to(v.dtype))
                   if v.is_floating_point() and std > 0 else v for k, v in averaged.tensors.items()}
         self.ledger.releases.append(cfg.noise_multiplier)
+        for client in replies:
+            self.ledger.clients.setdefault(client, []).append(cfg.noise_multiplier)
         scalars = {**averaged.scalars, CLIPPING_NORM: self.clipping_norm,
                    CLIENT_DP_EPSILON: self.ledger.epsilon(cfg.delta)}
         return Message(noised, scalars)
