@@ -33,6 +33,7 @@ Choices written down:
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Iterator
@@ -188,18 +189,29 @@ class ShuffledBatches:
 def calibrated_sigma(config: DPSGD, n: int, batch_size: int) -> float:
     """The noise multiplier with which `budget_epochs` passes over n examples spend exactly
     `target_epsilon` at `delta` (Opacus's get_noise_multiplier, the config's accountant)."""
+    return _calibrated(config.target_epsilon, config.delta, config.accountant, config.budget_epochs,
+                       min(1.0, batch_size / n))
+
+
+@functools.lru_cache(maxsize=64)  # clients of one size share it; the search takes seconds
+def _calibrated(target: float, delta: float, accountant: str, epochs: float, q: float) -> float:
     from opacus.accountants.utils import get_noise_multiplier
 
-    q = min(1.0, batch_size / n)
-    steps = max(1, math.ceil(config.budget_epochs * int(1 / q)))
-    return float(get_noise_multiplier(target_epsilon=config.target_epsilon, target_delta=config.delta, sample_rate=q,
-                                      steps=steps, accountant=config.accountant))
+    steps = max(1, math.ceil(epochs * int(1 / q)))
+    return float(get_noise_multiplier(target_epsilon=target, target_delta=delta, sample_rate=q, steps=steps,
+                                      accountant=accountant))
 
 
 def steps_within_budget(ledger: torch.Tensor, sigma: float, q: float, target: float, delta: float,
-                        accountant: str = "rdp", most: int = 1 << 20) -> int:
-    """The most steps at (sigma, q) that, after those in `ledger`, keep epsilon <= target
-    (binary search over the accountant; epsilon grows with the steps)."""
+                        accountant: str = "rdp", most: int = 1 << 24) -> int:
+    """The most steps at (sigma, q) that, after those in `ledger`, keep epsilon <= target.
+    RDP: closed form (RDP adds up over steps, epsilon is the best order's RDP plus a constant);
+    PRV: a binary search over the accountant (epsilon grows with the steps)."""
+    if sigma == 0:  # no noise: no step has a finite epsilon
+        return 0
+    if accountant == "rdp":
+        return _rdp_steps_within_budget(ledger, sigma, q, target, delta, most)
+
     def fits(k: int) -> bool:
         rows = torch.cat([ledger, torch.tensor([[sigma, q, k]], dtype=torch.float64)])
         return epsilon(rows, delta, accountant) <= target
@@ -215,6 +227,32 @@ def steps_within_budget(ledger: torch.Tensor, sigma: float, q: float, target: fl
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
+
+
+def _rdp_steps_within_budget(ledger: torch.Tensor, sigma: float, q: float, target: float, delta: float,
+                             most: int) -> int:
+    """Opacus's RDP accountant's epsilon at order a is R_a + c_a (its get_privacy_spent), R_a
+    the ledger's RDP plus k times one step's: the largest k with some order under target."""
+    import numpy as np
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    orders = np.array(RDPAccountant.DEFAULT_ALPHAS, dtype=float)
+    spent = sum((compute_rdp(q=float(qq), noise_multiplier=float(s), steps=int(k), orders=orders)
+                 for s, qq, k in ledger.tolist() if k > 0), np.zeros_like(orders))
+    step = compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=orders)
+    constant = -(np.log(delta) + np.log(orders)) / (orders - 1) + np.log((orders - 1) / orders)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        room = np.floor((target - constant - spent) / step)
+    room = room[np.isfinite(room)]
+    best = int(min(max(room.max(), 0), most)) if len(room) else 0
+    # float rounding at the boundary: settle it with the accountant itself
+    rows = lambda k: torch.cat([ledger, torch.tensor([[sigma, q, k]], dtype=torch.float64)])  # noqa: E731
+    while best > 0 and epsilon(rows(best), delta) > target:
+        best -= 1
+    while best < most and epsilon(rows(best + 1), delta) <= target:
+        best += 1
+    return best
 
 
 class DPSGDClient(DelegatingClient):
