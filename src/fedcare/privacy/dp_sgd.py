@@ -164,8 +164,9 @@ class PoissonBatches:
 
 
 class ShuffledBatches:
-    """The loop's shuffled batches of fixed size (an epsilon that is approximate), with the
-    same step limit as `PoissonBatches`."""
+    """The loop's shuffled batches of fixed size, a trailing one of one example skipped, as
+    `train_epochs` draws them (an epsilon that is approximate), with the step limit of
+    `PoissonBatches`; used only under a budget (without one the loop draws them itself)."""
 
     def __init__(self) -> None:
         self.remaining: int | None = None
@@ -179,6 +180,8 @@ class ShuffledBatches:
         order = torch.randperm(n, generator=generator, device=generator.device)
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
+            if len(idx) < 2:
+                continue
             if self.remaining is not None:
                 if self.remaining <= 0:
                     return
@@ -265,8 +268,9 @@ class DPSGDClient(DelegatingClient):
         self.config = config
         self.hook = PerExampleClipNoise(config)
         self.batches = PoissonBatches() if config.sampling == "poisson" else ShuffledBatches()
-        # reaches the half that trains
-        self.settings = replace(inner.settings, gradient_hook=self.hook, batches=self.batches)
+        # reaches the half that trains; shuffled without a budget: the loop's own batches, as before Poisson
+        plain = config.sampling == "shuffle" and config.target_epsilon is None
+        self.settings = replace(inner.settings, gradient_hook=self.hook, batches=None if plain else self.batches)
 
     def fit(self, model, message, state, data, rng):
         state = self._calibrate(state, len(data))

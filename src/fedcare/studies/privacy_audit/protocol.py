@@ -24,6 +24,7 @@ import torch
 
 from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy import private_model
+from fedcare.privacy.report import BUDGET
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.privacy_audit.methods import algorithm_name, cases, dp_sgd, level_label
 from fedcare.tasks import BINARY
@@ -67,6 +68,9 @@ class PrivacyAuditProtocol(StudyProtocol):
             info = {}
             for rnd in range(1, self.config.protocol.rounds + 1):
                 info = federation.run_round("train", rnd, {c: f"train/{seed}" for c in clients})
+            if sigma is not None:  # each client's epsilon over the whole run (fit and fine-tuning): the budget table
+                self.record_budget(seed, f"{method} ({level_label(sigma)})",
+                                   federation.privacy_spent({c: f"train/{seed}" for c in clients}))
             own, peer, accuracy = [], [], []
             for i, c in enumerate(clients):  # one working model: each personal model is used before the next
                 members, held_out = (self.runtime.pool({c: f"{kind}/{seed}"}) for kind in ("train", "test"))
@@ -86,6 +90,12 @@ class PrivacyAuditProtocol(StudyProtocol):
                 "own_auc": float(np.mean([r.auc for r in own])),
                 "own_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in own])),
                 "clients": len(clients), "members": self.config.data.train, "non_members": self.config.data.test}
+
+    def record_budget(self, seed: int, case: str, spent: dict) -> None:
+        for client, s in sorted(spent.items()):
+            self.record(BUDGET, seed=seed, method=case, kind="dp_sgd", client=str(client), epsilon=s[DP_EPSILON],
+                        steps=s["dp_steps"], sigma=s["dp_sigma"], target_epsilon=s["target_epsilon"],
+                        delta=self.config.protocol.delta, sampling=s["sampling"])
 
     # -- gradient inversion -------------------------------------------------------------
     def invert(self, seed: int) -> None:

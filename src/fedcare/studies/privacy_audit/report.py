@@ -40,13 +40,17 @@ PLOT_CAPTIONS = {
 }
 
 
-def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict]]:
-    """(audit, inversion, inversion_frames) records; ValueError when there is neither."""
+def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """(audit, inversion, inversion_frames, privacy_budget) records; ValueError when there is
+    neither audit nor inversion."""
+    from fedcare.privacy.report import BUDGET
+
     records, _ = read_run_records(run_dir)
-    audit, inversion, frames = ([r for r in records if r.get("type") == kind] for kind in (AUDIT, INVERSION, FRAMES))
+    audit, inversion, frames, budget = ([r for r in records if r.get("type") == kind]
+                                        for kind in (AUDIT, INVERSION, FRAMES, BUDGET))
     if not audit and not inversion:
         raise ValueError(f"{Path(run_dir) / METRICS_FILE}: no audit or inversion records")
-    return audit, inversion, frames
+    return audit, inversion, frames, budget
 
 
 def _fmt(v: Any) -> str:
@@ -84,10 +88,14 @@ def inversion_table(inversion: list[dict], frames: list[dict]) -> Table:
                   f"{'one seed' if seeds == 1 else f'{seeds} seeds'}.", INVERSION_COLUMNS, inversion)
 
 
-def tables(audit: list[dict], inversion: list[dict], frames: list[dict]) -> dict[str, Table]:
+def tables(audit: list[dict], inversion: list[dict], frames: list[dict], budget: list[dict] = ()) -> dict[str, Table]:
+    from fedcare.privacy.report import budget_table
+
     found = {}
     if audit:
         found["privacy_audit"] = audit_table(audit)
+    if budget and budget_table(list(budget)) is not None:
+        found["privacy_budget"] = budget_table(list(budget))
     if inversion:
         found["privacy_inversion"] = inversion_table(inversion, frames)
     return found
@@ -167,6 +175,9 @@ def render_page(run_info: Mapping[str, Any], tables_: Mapping[str, Table], plots
     if "privacy_audit" in tables_:
         sections.append(("membership", "Membership inference", "Membership inference vs DP-SGD",
                          table_block(tables_["privacy_audit"])))
+    if "privacy_budget" in tables_:
+        sections.append(("budget", "Privacy budget", "Privacy budget: epsilon spent per client",
+                         table_block(tables_["privacy_budget"])))
     if "privacy_inversion" in tables_:
         sections.append(("inversion", "Gradient inversion", "Gradient inversion",
                          table_block(tables_["privacy_inversion"])))
@@ -178,8 +189,8 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any] | None = None, notes
     """Write the tables, plots and report.html of a privacy audit run; returns report.html's path."""
     run_dir = Path(run_dir)
     run_info = dict(run_info or {})
-    audit, inversion, frames = _records(run_dir)
-    found = tables(audit, inversion, frames)
+    audit, inversion, frames, budget = _records(run_dir)
+    found = tables(audit, inversion, frames, budget)
     plots = {}
     if audit:
         plots["membership_auc"] = membership_plot(audit)
