@@ -173,3 +173,22 @@ def test_client_dp_budget_calibrates_sigma_and_leaves_out_clients_that_would_cro
 def test_budget_options_are_checked(table, kwargs, message):
     with pytest.raises(ValidationError, match=message):
         table(**kwargs)
+
+
+def test_the_budget_table_per_client_flags_shuffling_as_approximate():
+    from fedcare.privacy.report import budget_table
+
+    rounds = [{"type": "round", "method": "FedAvg", "round": r, "dp_epsilon_clients": {"a": 0.5 * r, "b": 0.4 * r},
+               **({"skipped": ["b"]} if r == 3 else {})} for r in (1, 2, 3)]
+    shuffled = budget_table(rounds, {"privacy": {"dp_sgd": {"sampling": "shuffle", "target_epsilon": 1.5,
+                                                            "delta": 1e-5}}})
+    assert [row[:5] for row in shuffled.rows] == [
+        ["FedAvg", "DP-SGD (approximate: shuffled)", "a", "1.50*", "1.5"],
+        ["FedAvg", "DP-SGD (approximate: shuffled)", "b", "1.20*", "1.5"]]
+    assert [row[-1] for row in shuffled.rows] == ["0", "1"]  # b skipped round 3
+    poisson = budget_table(rounds, {"privacy": {"dp_sgd": {}}})
+    assert poisson.rows[0][1] == "DP-SGD" and poisson.rows[0][4] == "none"
+    whole = budget_table([{"type": "privacy_budget", "method": "PFDL", "kind": "dp_sgd", "client": "a",
+                           "epsilon": 2.25, "target_epsilon": None, "delta": 1e-5, "steps": 12, "sampling": "poisson"}])
+    assert whole.rows == [["PFDL", "DP-SGD", "a", "2.25", "none", "1e-05", "12", "0"]]
+    assert budget_table([{"type": "round", "method": "FedAvg", "round": 1}]) is None
