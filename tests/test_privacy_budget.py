@@ -188,7 +188,7 @@ def test_the_budget_table_per_client_flags_shuffling_as_approximate():
     assert [row[-1] for row in shuffled.rows] == ["0", "1"]  # b skipped round 3
     poisson = budget_table(rounds, {"privacy": {"dp_sgd": {}}})
     assert poisson.rows[0][1] == "DP-SGD" and poisson.rows[0][4] == "none"
-    whole = budget_table([{"type": "privacy_budget", "method": "PFDL", "kind": "dp_sgd", "client": "a",
+    whole = budget_table([{"type": "privacy_budget", "method": "PFDL", "protection": "dp_sgd", "client": "a",
                            "epsilon": 2.25, "target_epsilon": None, "delta": 1e-5, "steps": 12, "sampling": "poisson"}])
     assert whole.rows == [["PFDL", "DP-SGD", "a", "2.25", "none", "1e-05", "12", "0"]]
     assert budget_table([{"type": "round", "method": "FedAvg", "round": 1}]) is None

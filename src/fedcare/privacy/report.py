@@ -72,7 +72,9 @@ def write_budget_table(run_dir: Path) -> None:
 
 
 # -- the budget: epsilon spent per client ----------------------------------------------------
-BUDGET = "privacy_budget"  # a record: one client's epsilon over a whole run (fit and every fine-tuning)
+# a record: one client's epsilon over a whole run (fit and every fine-tuning); its `protection`
+# is "dp_sgd" or "client_dp", the table of [privacy] it comes from
+BUDGET = "privacy_budget"
 
 
 def budget_rows(records: list[dict], config: dict | None = None) -> list[dict]:
@@ -84,8 +86,8 @@ def budget_rows(records: list[dict], config: dict | None = None) -> list[dict]:
     rows: dict[tuple, dict] = {}
     for r in records:
         if r.get("type") == BUDGET:
-            key = (str(r.get("method")), r["kind"], str(r["client"]), r.get("seed"))
-            rows[key] = {"method": key[0], "kind": r["kind"], "client": key[2], "epsilon": r["epsilon"],
+            key = (str(r.get("method")), r["protection"], str(r["client"]), r.get("seed"))
+            rows[key] = {"method": key[0], "kind": r["protection"], "client": key[2], "epsilon": r["epsilon"],
                          "target": r.get("target_epsilon"), "delta": r.get("delta"), "steps": r.get("steps"),
                          "sampling": r.get("sampling"), "skipped": r.get("skipped", 0), "whole_run": True}
     if rows:

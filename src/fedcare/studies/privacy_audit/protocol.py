@@ -93,7 +93,7 @@ class PrivacyAuditProtocol(StudyProtocol):
 
     def record_budget(self, seed: int, case: str, spent: dict) -> None:
         for client, s in sorted(spent.items()):
-            self.record(BUDGET, seed=seed, method=case, kind="dp_sgd", client=str(client), epsilon=s[DP_EPSILON],
+            self.record(BUDGET, seed=seed, method=case, protection="dp_sgd", client=str(client), epsilon=s[DP_EPSILON],
                         steps=s["dp_steps"], sigma=s["dp_sigma"], target_epsilon=s["target_epsilon"],
                         delta=self.config.protocol.delta, sampling=s["sampling"])
 
