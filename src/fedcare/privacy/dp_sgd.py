@@ -298,11 +298,11 @@ class DPSGDClient(DelegatingClient):
         return self.inner.evaluate(model, message, state, data, metrics, rng)
 
     def spent(self, state: ClientState) -> dict:
-        """What this client has spent over the whole run (every fit and fine-tuning)."""
+        """What this client has spent over the whole run (every fit and fine-tuning): numbers
+        only, as evaluation metrics travel (Flower's MetricRecord)."""
         ledger = state.get(LEDGER, torch.zeros(0, 3, dtype=torch.float64))
         return {DP_EPSILON: self._epsilon(state), "dp_steps": int(ledger[:, 2].sum().item()) if len(ledger) else 0,
-                "dp_sigma": float(state[SIGMA]) if SIGMA in state else self.config.noise_multiplier,
-                "target_epsilon": self.config.target_epsilon, "sampling": self.config.sampling}
+                "dp_sigma": self._sigma(state)}
 
     # -- the budget ------------------------------------------------------------------------
     def _sigma(self, state: ClientState) -> float:

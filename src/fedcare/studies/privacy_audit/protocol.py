@@ -94,8 +94,8 @@ class PrivacyAuditProtocol(StudyProtocol):
     def record_budget(self, seed: int, case: str, spent: dict) -> None:
         for client, s in sorted(spent.items()):
             self.record(BUDGET, seed=seed, method=case, protection="dp_sgd", client=str(client), epsilon=s[DP_EPSILON],
-                        steps=s["dp_steps"], sigma=s["dp_sigma"], target_epsilon=s["target_epsilon"],
-                        delta=self.config.protocol.delta, sampling=s["sampling"])
+                        steps=s["dp_steps"], sigma=s["dp_sigma"], target_epsilon=None,
+                        delta=self.config.protocol.delta, sampling="poisson")
 
     # -- gradient inversion -------------------------------------------------------------
     def invert(self, seed: int) -> None:
