@@ -192,3 +192,13 @@ def test_the_budget_table_per_client_flags_shuffling_as_approximate():
                            "epsilon": 2.25, "target_epsilon": None, "delta": 1e-5, "steps": 12, "sampling": "poisson"}])
     assert whole.rows == [["PFDL", "DP-SGD", "a", "2.25", "none", "1e-05", "12", "0"]]
     assert budget_table([{"type": "round", "method": "FedAvg", "round": 1}]) is None
+
+
+def test_clients_that_spent_the_same_share_a_row():
+    from fedcare.privacy.report import budget_table
+
+    same = [{"type": "privacy_budget", "method": "FedAvg", "protection": "dp_sgd", "client": c, "epsilon": 3.0,
+             "target_epsilon": 4.0, "delta": 1e-5, "steps": 9, "sampling": "poisson"} for c in "abc"]
+    table = budget_table(same)
+    assert table.rows == [["FedAvg", "DP-SGD", "all 3", "3.00", "4", "1e-05", "9", "0"]]
+    assert len(table.csv_rows) == 3

@@ -122,21 +122,29 @@ BUDGET_CAPTION = (
 
 
 def budget_table(records: list[dict], config: dict | None = None) -> Table | None:
-    """The per-client budget table (None without DP)."""
+    """The per-client budget table (None without DP); the clients of a method that all spent
+    the same, over the same steps and skipped rounds, share one row ("all 6")."""
     rows = budget_rows(records, config)
     if not rows:
         return None
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["method"], r["kind"]), []).append(r)
     columns = ["Method", "level", "client", "epsilon spent", "budget", "delta", "steps", "rounds skipped"]
     display, csv_rows = [], []
-    for r in rows:
-        level = "client-level DP" if r["kind"] == "client_dp" else (
-            "DP-SGD" + (" (approximate: shuffled)" if r.get("sampling") == "shuffle" else ""))
-        eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.2f}" + ("" if r["whole_run"] else "*")
-        display.append([r["method"], level, r["client"], eps, "none" if r["target"] is None else f"{r['target']:g}",
-                        f"{r['delta']:g}" if r.get("delta") is not None else "?",
-                        "" if r["steps"] is None else str(r["steps"]), str(r["skipped"])])
-        csv_rows.append([r["method"], r["kind"], r.get("sampling"), r["client"], r["epsilon"], r["target"],
-                         r.get("delta"), r["steps"], r["skipped"], r["whole_run"]])
+    for group in groups.values():
+        same = len(group) > 1 and len({(round(r["epsilon"], 6), r["steps"], r["skipped"]) for r in group}) == 1
+        for r in group[:1] if same else group:
+            client = f"all {len(group)}" if same else r["client"]
+            level = "client-level DP" if r["kind"] == "client_dp" else (
+                "DP-SGD" + (" (approximate: shuffled)" if r.get("sampling") == "shuffle" else ""))
+            eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.2f}" + ("" if r["whole_run"] else "*")
+            display.append([r["method"], level, client, eps, "none" if r["target"] is None else f"{r['target']:g}",
+                            f"{r['delta']:g}" if r.get("delta") is not None else "?",
+                            "" if r["steps"] is None else str(r["steps"]), str(r["skipped"])])
+        for r in group:  # the CSV keeps every client
+            csv_rows.append([r["method"], r["kind"], r.get("sampling"), r["client"], r["epsilon"], r["target"],
+                             r.get("delta"), r["steps"], r["skipped"], r["whole_run"]])
     return Table(BUDGET, "Privacy budget: epsilon spent per client", BUDGET_CAPTION, columns, display,
                  ["method", "kind", "sampling", "client", "epsilon", "target_epsilon", "delta", "steps",
                   "rounds_skipped", "whole_run"], csv_rows)

@@ -68,9 +68,10 @@ class PrivacyAuditProtocol(StudyProtocol):
             info = {}
             for rnd in range(1, self.config.protocol.rounds + 1):
                 info = federation.run_round("train", rnd, {c: f"train/{seed}" for c in clients})
+            spent = {}
             if sigma is not None:  # each client's epsilon over the whole run (fit and fine-tuning): the budget table
-                self.record_budget(seed, f"{method} ({level_label(sigma)})",
-                                   federation.privacy_spent({c: f"train/{seed}" for c in clients}))
+                spent = federation.privacy_spent({c: f"train/{seed}" for c in clients})
+                self.record_budget(seed, f"{method} ({level_label(sigma)})", spent)
             own, peer, accuracy = [], [], []
             for i, c in enumerate(clients):  # one working model: each personal model is used before the next
                 members, held_out = (self.runtime.pool({c: f"{kind}/{seed}"}) for kind in ("train", "test"))
@@ -82,7 +83,8 @@ class PrivacyAuditProtocol(StudyProtocol):
                 other = federation.personal_model(clients[(i + 1) % len(clients)])
                 peer.append(attack_scores(per_example_losses(other, members, BINARY),
                                           per_example_losses(other, held_out, BINARY)))
-        epsilon = info.get(DP_EPSILON)
+        # the largest over the clients, whole run: PFDL's fine-tuning after the last round counts too
+        epsilon = max(s[DP_EPSILON] for s in spent.values()) if spent else info.get(DP_EPSILON)
         return {"method": method, "epsilon": epsilon, **({"epsilon_note": NO_EPSILON} if epsilon is None else {}),
                 "accuracy": float(np.mean(accuracy)),
                 "peer_auc": float(np.mean([r.auc for r in peer])),
