@@ -44,6 +44,14 @@ def test_poisson_batches_have_the_mean_size_q_n_and_vary():
     assert min(sizes) < batch < max(sizes)  # variable, not fixed-size
 
 
+def test_poisson_batches_are_opacus_uniform_with_replacement_sampler_s():
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+    ours = [idx.tolist() for idx in PoissonBatches().epoch(50, 5, torch.Generator().manual_seed(3))]
+    theirs = list(UniformWithReplacementSampler(num_samples=50, sample_rate=0.1, generator=torch.Generator().manual_seed(3)))
+    assert ours == theirs and len(ours) == 10
+
+
 def test_the_accountant_is_given_poisson_q_and_int_1_over_q_steps():
     """n = 40, batch 12: q = 0.3, int(1/q) = 3 steps an epoch (shuffling would take 4)."""
     fed = federation(TrainSettings(lr=0.05, batch_size=12, local_epochs=2), Privacy(dp_sgd=DPSGD()))

@@ -138,7 +138,7 @@ def epsilon(ledger: torch.Tensor, delta: float, accountant: str = "rdp") -> floa
 
 
 class PoissonBatches:
-    """Poisson sampling (Opacus's UniformWithReplacementSampler): int(1/q) batches an epoch,
+    """Poisson sampling (as Opacus's UniformWithReplacementSampler): int(1/q) batches an epoch,
     each taking every example with probability q = batch_size / n; at most `remaining` batches
     in all (None: no limit), the steps DP-SGD's budget still allows."""
 
@@ -153,14 +153,17 @@ class PoissonBatches:
         return int(1 / self.rate(n, batch_size))
 
     def epoch(self, n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-        from opacus.utils.uniform_sampler import UniformWithReplacementSampler
-
-        for idx in UniformWithReplacementSampler(num_samples=n, sample_rate=self.rate(n, batch_size), generator=generator):
+        """Opacus's UniformWithReplacementSampler's draws (the same batches from the same
+        generator, tests/test_privacy_budget.py), on the generator's device: torch's default
+        device is not assumed."""
+        q = self.rate(n, batch_size)
+        for _ in range(self.steps_per_epoch(n, batch_size)):
             if self.remaining is not None:
                 if self.remaining <= 0:
                     return
                 self.remaining -= 1
-            yield torch.tensor(idx, dtype=torch.long)
+            mask = torch.rand(n, generator=generator, device=generator.device) < q
+            yield mask.nonzero(as_tuple=False).reshape(-1)
 
 
 class ShuffledBatches:
