@@ -266,6 +266,8 @@ class DPSGDClient(DelegatingClient):
     `inner` (whose settings get the clipping hook and the batch sampler) and keeps the privacy
     ledger in the state."""
 
+    reports_privacy = True  # `evaluate` with PRIVACY_METRICS answers what the client has spent
+
     def __init__(self, inner: ClientHalf, config: DPSGD):
         super().__init__(inner)
         self.config = config

@@ -79,9 +79,9 @@ BUDGET = "privacy_budget"
 
 def budget_rows(records: list[dict], config: dict | None = None) -> list[dict]:
     """Per (method and phase or case, kind, client): epsilon spent, the budget, the rounds it
-    was skipped. From "privacy_budget" records (the client's own whole-run ledger) where a
-    protocol wrote them; else from the rounds' per-client epsilons (DP-SGD: as of the client's
-    last fit, so fine-tuning after it is not counted; client-level DP: every release)."""
+    was skipped. From "privacy_budget" records where a protocol wrote them; else from the
+    rounds' per-client epsilons (DP-SGD: the client's whole ledger after the round, fit and
+    fine-tuning; client-level DP: the releases it took part in): whole-run values."""
     privacy = (config or {}).get("privacy", {})
     rows: dict[tuple, dict] = {}
     for r in records:
@@ -89,7 +89,7 @@ def budget_rows(records: list[dict], config: dict | None = None) -> list[dict]:
             key = (str(r.get("method")), r["protection"], str(r["client"]), r.get("seed"))
             rows[key] = {"method": key[0], "kind": r["protection"], "client": key[2], "epsilon": r["epsilon"],
                          "target": r.get("target_epsilon"), "delta": r.get("delta"), "steps": r.get("steps"),
-                         "sampling": r.get("sampling"), "skipped": r.get("skipped", 0), "whole_run": True}
+                         "sampling": r.get("sampling"), "skipped": r.get("skipped", 0)}
     if rows:
         return list(rows.values())
     for r in records:
@@ -101,7 +101,7 @@ def budget_rows(records: list[dict], config: dict | None = None) -> list[dict]:
             for client, eps in (r.get(field) or {}).items():
                 row = rows.setdefault((method, kind, client), {
                     "method": method, "kind": kind, "client": client, "target": table.get("target_epsilon"),
-                    "delta": table.get("delta", 1e-5), "steps": None, "skipped": 0, "whole_run": kind == "client_dp",
+                    "delta": table.get("delta", 1e-5), "steps": None, "skipped": 0,
                     "sampling": table.get("sampling", "poisson") if kind == "dp_sgd" else None})
                 row["epsilon"] = max(row.get("epsilon", 0.0), float(eps))
         for client in r.get("skipped", []):
@@ -116,8 +116,7 @@ BUDGET_CAPTION = (
     "the noise multiplier was given). Sample-level (DP-SGD): every training step of the client, fit and "
     "fine-tuning, composed by the accountant; 'approximate' when batches were shuffled (the accountant assumes "
     "Poisson sampling). Client-level DP: the releases the client took part in (sampling rate 1, no amplification). "
-    "Skipped: the client's rounds left out because one more would have crossed the budget. A '*' marks an epsilon "
-    "as of the client's last fit (later fine-tuning not counted). docs/privacy.md."
+    "Skipped: the client's rounds left out because one more would have crossed the budget. docs/privacy.md."
 )
 
 
@@ -138,16 +137,16 @@ def budget_table(records: list[dict], config: dict | None = None) -> Table | Non
             client = f"all {len(group)}" if same else r["client"]
             level = "client-level DP" if r["kind"] == "client_dp" else (
                 "DP-SGD" + (" (approximate: shuffled)" if r.get("sampling") == "shuffle" else ""))
-            eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.2f}" + ("" if r["whole_run"] else "*")
+            eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.2f}"
             display.append([r["method"], level, client, eps, "none" if r["target"] is None else f"{r['target']:g}",
                             f"{r['delta']:g}" if r.get("delta") is not None else "?",
                             "" if r["steps"] is None else str(r["steps"]), str(r["skipped"])])
         for r in group:  # the CSV keeps every client
             csv_rows.append([r["method"], r["kind"], r.get("sampling"), r["client"], r["epsilon"], r["target"],
-                             r.get("delta"), r["steps"], r["skipped"], r["whole_run"]])
+                             r.get("delta"), r["steps"], r["skipped"]])
     return Table(BUDGET, "Privacy budget: epsilon spent per client", BUDGET_CAPTION, columns, display,
                  ["method", "kind", "sampling", "client", "epsilon", "target_epsilon", "delta", "steps",
-                  "rounds_skipped", "whole_run"], csv_rows)
+                  "rounds_skipped"], csv_rows)
 
 
 # -- the membership audit ([privacy.audit]): "membership" records --------------------------

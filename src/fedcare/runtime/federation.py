@@ -121,9 +121,9 @@ class Federation:
         epsilons = [m.scalars[DP_EPSILON] for m in replies.values() if DP_EPSILON in m.scalars]
         if epsilons:  # DP-SGD: the largest epsilon any client has spent so far
             info[DP_EPSILON] = max(epsilons)
-        if secure is None and any(DP_EPSILON in m.scalars for m in [*replies.values(), *skipped.values()]):
-            info[DP_EPSILON + "_clients"] = {str(c): m.scalars[DP_EPSILON] for c, m in
-                                             sorted({**replies, **skipped}.items()) if DP_EPSILON in m.scalars}
+        if self.reports_privacy:  # DP-SGD: each client's epsilon over the whole run so far, fine-tuning included
+            spent = self.privacy_spent({c: train[c] for c in participants})
+            info[DP_EPSILON + "_clients"] = {str(c): s[DP_EPSILON] for c, s in sorted(spent.items())}
         if skipped or over_budget:  # out of privacy budget: these clients did not train this round
             info["skipped"] = sorted(str(c) for c in [*skipped, *over_budget])
         if hasattr(self.server, "spent_per_client"):  # client-level DP: each client's epsilon so far
@@ -132,6 +132,14 @@ class Federation:
             if key.startswith("client_dp_"):  # client-level DP: epsilon so far, the clipping norm
                 info[key] = value
         return info
+
+    @property
+    def reports_privacy(self) -> bool:
+        """Whether a client half in the algorithm's chain of wrappers keeps a DP-SGD ledger."""
+        client = self.algorithm.client
+        while client is not None and not getattr(type(client), "reports_privacy", False):
+            client = getattr(client, "inner", None)
+        return client is not None
 
     def privacy_spent(self, data: Mapping[ClientId, DataRef]) -> dict[ClientId, dict]:
         """Per client under DP-SGD: the epsilon it has spent over the whole run (every fit and
