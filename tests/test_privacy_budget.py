@@ -210,3 +210,20 @@ def test_clients_that_spent_the_same_share_a_row():
     table = budget_table(same)
     assert table.rows == [["FedAvg", "DP-SGD", "all 3", "3.00", "4", "1e-05", "9", "0"]]
     assert len(table.csv_rows) == 3
+
+
+def test_under_secure_aggregation_an_out_of_budget_client_weighs_nothing():
+    """Budget for a quarter epoch (one step): round 1 trains one step each, round 2 leaves
+    the global model as it was (the skipped replies have weight 0 in the masked sum)."""
+    from fedcare.config import SecureAggregation
+
+    privacy = Privacy(dp_sgd=DPSGD(target_epsilon=1.0, budget_epochs=0.25), secure_aggregation=SecureAggregation())
+    fed = federation(TrainSettings(lr=0.05, batch_size=10, local_epochs=1), privacy)
+    data = {c: tiny_data(c) for c in range(3)}
+    fed.run_round("train", 1, data)
+    after_one = {k: v.clone() for k, v in fed.global_message.tensors.items()}
+    assert all(fed.state_of(c)[LEDGER][:, 2].sum().item() >= 1 for c in data)
+    info = fed.run_round("train", 2, data)
+    assert all(torch.equal(after_one[k], v) for k, v in fed.global_message.tensors.items())
+    assert info["n_train"] == 0
+    assert all(e <= 1.0 for e in info["dp_epsilon_clients"].values())

@@ -106,6 +106,8 @@ class Federation:
                 raise RuntimeError("privacy.secure_aggregation: the server sees only the sum of the updates, but "
                                    "this federation's observers need each client's update")
             replies, answered = secure.fit(self.clients, phase, rnd, work, self.server.weighting)
+            if all(m.scalars.get(NUM_EXAMPLES) == 0 for m in replies.values()):  # every client out of DP budget
+                replies = {}
         previous = self.global_message
         self.global_message = self.server.aggregate(self.global_message, replies)
         for observe in self.observers:
