@@ -180,14 +180,14 @@ class _Optimisation:
                                    "model, or gradients that grow without bound); its numbers would mean nothing")
         return value
 
-
     def _empty_step(self) -> float:
         """A Poisson-sampled batch with no example: the step still happens (skipping it would
         tell which batches were empty); the gradient hook (DP-SGD) makes it noise alone."""
         extra = self.penalty() if self.penalty is not None else None
         if extra is not None:
             extra.backward()
-        self.settings.gradient_hook(self.model, 0)
+        if self.settings.gradient_hook is not None:
+            self.settings.gradient_hook(self.model, 0)
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
