@@ -122,15 +122,20 @@ class PerExampleClipNoise:
 
 def epsilon(ledger: torch.Tensor, delta: float, accountant: str = "rdp") -> float:
     """Epsilon at `delta` of the steps in `ledger` (rows sigma, q, steps), by Opacus's accountant."""
+    rows = tuple((float(s), float(q), int(k)) for s, q, k in ledger.tolist() if k > 0)
+    return _epsilon(rows, float(delta), accountant)
+
+
+@functools.lru_cache(maxsize=4096)  # every round asks it for each client, whose ledgers are often alike
+def _epsilon(rows: tuple[tuple[float, float, int], ...], delta: float, accountant: str) -> float:
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    rows = [(float(s), float(q), int(k)) for s, q, k in ledger.tolist() if k > 0]
     if not rows:
         return 0.0
     if any(s == 0 for s, _, _ in rows):
         return math.inf
     acc = RDPAccountant() if accountant == "rdp" else PRVAccountant()
-    acc.history = rows
+    acc.history = list(rows)
     try:
         return float(acc.get_epsilon(delta))
     except (OverflowError, ValueError, FloatingPointError, ZeroDivisionError):
