@@ -327,7 +327,7 @@ class DPSGDClient(DelegatingClient):
         if self.config.target_epsilon is None or SIGMA in state:
             return state
         sigma = calibrated_sigma(self.config, n, self.settings.batch_size)
-        return {**state, SIGMA: torch.tensor(sigma, dtype=torch.float64)}
+        return {**state, SIGMA: torch.tensor([sigma], dtype=torch.float64)}  # 1-d: every runtime stores it
 
     def _allowed(self, state: ClientState, n: int) -> int | None:
         """Steps the budget still allows (None: no budget); sets the sampler's limit."""
