@@ -159,8 +159,9 @@ HOW_TO_READ = [
     "the peer's own private ones; local: a model that never saw the victim); <i>own</i>: the victim's own model, "
     "what a breach of its device exposes. The loss attack is the weakest standard attack: a low AUC is a lower "
     "bound on leakage, not a proof of privacy.",
-    "<b>epsilon.</b> DP-SGD's sample-level guarantee at the experiment's delta after the last round, the largest "
-    "over the clients; inf: no DP-SGD, no bound.",
+    "<b>epsilon.</b> DP-SGD's sample-level guarantee at the experiment's delta over the whole case (every fit and "
+    "fine-tuning, Poisson-sampled batches), the largest over the clients, each client's in the budget table; inf: "
+    "no DP-SGD, no bound.",
     "<b>Gradient inversion.</b> What an honest-but-curious server rebuilds from one client's FedSGD step: above the "
     "flat-image baseline the faces show; at or below it nothing was recovered. A failed attack is a lower bound "
     "on leakage, not a proof of privacy.",
