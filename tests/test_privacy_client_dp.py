@@ -80,19 +80,60 @@ def test_fixed_clipping_equals_flowers_without_noise(norm):
     assert_rounds_agree(run_ours(ours(ClientDP(noise_multiplier=0.0, clipping_norm=norm)), model, rounds), theirs)
 
 
-def test_adaptive_clipping_equals_flowers_without_noise():
-    """Noise 0 makes Flower's clipped count exact (std 0): the norm path and aggregates agree."""
+def test_adaptive_clipping_clips_as_flower_and_moves_the_norm_the_other_way():
+    """Round 1 (same starting C, noise 0) aggregates as Flower's adaptive strategy does; the
+    norm then moves by the paper's count of unclipped updates here and by Flower 1.41's count
+    of clipped ones there (docs/privacy.md, "Adaptive clipping and Flower")."""
     model = NoScalar()
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    rounds = client_results(initial)
-    flower = DifferentialPrivacyServerSideAdaptiveClipping(FedAvg(), 0.0, len(EXAMPLES), initial_clipping_norm=0.3,
-                                                           target_clipped_quantile=0.3, clip_norm_lr=0.5)
-    theirs = run_flower(flower, initial, uniform(rounds))
-    server = ours(ClientDP(noise_multiplier=0.0, clipping_norm=0.3, adaptive=True, target_quantile=0.3,
+    rounds = client_results(initial, rounds=1)
+    norms = sorted(math.sqrt(sum(float((t[k] - initial[k]).pow(2).sum()) for k in t)) for t, _ in rounds[0].values())
+    c = (norms[0] + norms[1]) / 2  # one update fits under C, two are clipped
+    flower = DifferentialPrivacyServerSideAdaptiveClipping(FedAvg(), 0.0, len(EXAMPLES), initial_clipping_norm=c,
+                                                           target_clipped_quantile=0.5, clip_norm_lr=0.5)
+    theirs = run_flower(flower, initial, uniform(rounds))[0]
+    server = ours(ClientDP(noise_multiplier=0.0, clipping_norm=c, adaptive=True, target_quantile=0.5,
                            clip_norm_lr=0.5))
-    assert_rounds_agree(run_ours(server, model, rounds), theirs)
-    assert server.clipping_norm == pytest.approx(flower.clipping_norm, rel=1e-12)
-    assert server.clipping_norm != 0.3  # the norm did move
+    mine = run_ours(server, model, rounds)[0]
+    for k in mine:
+        assert (mine[k].double() - theirs[k].double()).abs().max().item() <= TOL
+    assert server.clipping_norm == pytest.approx(c * math.exp(-0.5 * (1 / 3 - 0.5)), rel=1e-12)  # grows
+    assert flower.clipping_norm == pytest.approx(c * math.exp(-0.5 * (2 / 3 - 0.5)), rel=1e-12)  # shrinks
+
+
+def norm_round(server: ClientDPServer, norms) -> float:
+    """One aggregation of scalar updates of the given norms; the clipping norm after it."""
+    current = Message({"w": torch.zeros(1, dtype=torch.float64)}, {})
+    server.aggregate(current, {i: Message({"w": torch.tensor([float(v)], dtype=torch.float64)}, {NUM_EXAMPLES: 1.0})
+                               for i, v in enumerate(norms)})
+    return server.clipping_norm
+
+
+def adaptive(start: float, target: float = 0.5, lr: float = 0.2) -> ClientDPServer:
+    return ours(ClientDP(noise_multiplier=0.0, clipping_norm=start, adaptive=True, target_quantile=target,
+                         clip_norm_lr=lr))
+
+
+def test_adaptive_norm_grows_when_every_update_is_clipped():
+    server = adaptive(0.1)
+    assert norm_round(server, [1.0, 2.0, 3.0]) == pytest.approx(0.1 * math.exp(0.2 * 0.5))
+
+
+def test_adaptive_norm_shrinks_when_no_update_is_clipped():
+    server = adaptive(10.0)
+    assert norm_round(server, [1.0, 2.0, 3.0]) == pytest.approx(10.0 * math.exp(-0.2 * 0.5))
+
+
+@pytest.mark.parametrize("target", [0.2, 0.5, 0.8])
+def test_adaptive_norm_converges_to_the_target_quantile(target):
+    """Norms drawn from one log-normal distribution each round: from far above and far below,
+    C ends near the target quantile of that distribution (the unclipped fraction near target)."""
+    rng = np.random.default_rng(0)
+    true_quantile = float(np.exp(0.5 * __import__("scipy").stats.norm.ppf(target)))  # lognormal(0, 0.5)
+    for start in (0.01, 100.0):
+        server = adaptive(start, target, lr=0.2)
+        tail = [norm_round(server, rng.lognormal(0.0, 0.5, size=50)) for _ in range(400)][-100:]
+        assert float(np.mean(tail)) == pytest.approx(true_quantile, rel=0.1)
 
 
 def test_noise_has_flowers_scale():

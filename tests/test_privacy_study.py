@@ -33,6 +33,13 @@ def test_dp_sgd_on_the_pain_study_reports_epsilon(tmp_path):
     eps = [r["dp_epsilon"] for r in rounds]
     assert eps and all(0 < e < float("inf") for e in eps) and eps == sorted(eps)
     assert "DP-SGD (sample-level): epsilon spent at delta = 1e-05" in (out / "report.html").read_text()
+    # the budget table: each client's whole-run epsilon, the last round's, per method and phase
+    budget = (out / "tables" / "privacy_budget.csv").read_text().splitlines()[1:]
+    last = {}
+    for r in rounds:
+        for client, e in r["dp_epsilon_clients"].items():
+            last[(r["phase"], client)] = e
+    assert sorted(float(line.split(",")[4]) for line in budget) == sorted(last.values())
 
 
 def test_client_dp_runs_in_any_study_and_its_report_shows_epsilon(toy, tmp_path):

@@ -176,6 +176,27 @@ class DPSGD(Strict):
     # "groupnorm" replaces every BatchNorm by a GroupNorm (Opacus's ModuleValidator.fix);
     # "refuse" stops with an error for a model that has BatchNorm.
     batchnorm: Literal["groupnorm", "refuse"] = "groupnorm"
+    # "poisson": each example joins each batch with probability batch_size / n (what the
+    # accountant assumes); "shuffle": fixed-size shuffled batches, epsilon then approximate
+    sampling: Literal["poisson", "shuffle"] = "poisson"
+    # a budget instead of a noise multiplier: sigma calibrated per client so that
+    # `budget_epochs` passes over its data spend `target_epsilon` at `delta`; a client stops
+    # training (later fits recorded as skipped) before a step would cross it
+    target_epsilon: float | None = Field(None, gt=0)
+    budget_epochs: float | None = Field(None, gt=0)  # passes planned over the whole run: rounds x (local + fine-tuning) epochs
+
+    @model_validator(mode="after")
+    def _budget(self) -> "DPSGD":
+        if self.target_epsilon is not None:
+            if self.budget_epochs is None:
+                raise ValueError("target_epsilon needs budget_epochs: the passes over a client's data the budget "
+                                 "must last (rounds x local epochs, plus fine-tuning epochs)")
+            if "noise_multiplier" in self.model_fields_set:
+                raise ValueError("give target_epsilon or noise_multiplier, not both (the noise multiplier is "
+                                 "calibrated from target_epsilon)")
+        elif self.budget_epochs is not None:
+            raise ValueError("budget_epochs applies with target_epsilon only")
+        return self
 
     @model_validator(mode="after")
     def _finite_noise(self) -> "DPSGD":
@@ -194,10 +215,26 @@ class ClientDP(Strict):
     noise_multiplier: float = Field(1.0, ge=0)
     clipping_norm: float = Field(1.0, gt=0)  # the fixed norm, or the adaptive norm's start
     adaptive: bool = False  # adapt the norm towards the `target_quantile` of update norms
-    target_quantile: float = Field(0.5, ge=0, le=1)
+    target_quantile: float = Field(0.5, ge=0, le=1)  # gamma: the fraction of updates left unclipped, C tends to that quantile
     clip_norm_lr: float = Field(0.2, gt=0)  # the geometric update's learning rate
     clipped_count_stddev: float | None = Field(None, ge=0)  # None: clients / 20, Flower's default
     delta: float = Field(1e-5, gt=0, lt=1)  # the target delta epsilon is reported for
+    # a budget instead of a noise multiplier: sigma calibrated so that `budget_rounds` rounds
+    # spend `target_epsilon` at `delta`; a client whose next round would cross it is skipped
+    target_epsilon: float | None = Field(None, gt=0)
+    budget_rounds: int | None = Field(None, ge=1)  # the rounds each client is planned to take part in, over the run
+
+    @model_validator(mode="after")
+    def _budget(self) -> "ClientDP":
+        if self.target_epsilon is not None:
+            if self.budget_rounds is None:
+                raise ValueError("target_epsilon needs budget_rounds: the rounds the budget must last")
+            if "noise_multiplier" in self.model_fields_set:
+                raise ValueError("give target_epsilon or noise_multiplier, not both (the noise multiplier is "
+                                 "calibrated from target_epsilon)")
+        elif self.budget_rounds is not None:
+            raise ValueError("budget_rounds applies with target_epsilon only")
+        return self
 
 
 class SecureAggregation(Strict):

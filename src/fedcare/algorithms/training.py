@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -87,6 +88,14 @@ class OneCycle:
         return scheduler
 
 
+class BatchSampler(Protocol):
+    """Draws a training run's batches in place of shuffling: index tensors, possibly empty."""
+
+    def steps_per_epoch(self, n: int, batch_size: int) -> int: ...
+
+    def epoch(self, n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]: ...
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     lr: float = 1e-3
@@ -97,6 +106,9 @@ class TrainSettings:
     optimizer: OptimizerFactory = SGD()
     scheduler: SchedulerFactory | None = None
     gradient_hook: GradientHook | None = None
+    # None: shuffled batches of `batch_size` (below); DP-SGD's Poisson sampling sets one
+    # (`fedcare.privacy.dp_sgd.PoissonBatches`): every batch it yields is one step, empty ones too
+    batches: BatchSampler | None = None
     eval_batch_size: int = 512  # examples per forward pass when evaluating: bounds its activations' memory
     # "fp32", or "bf16"/"fp16": forward passes under torch.autocast (fp16 with a gradient scaler);
     # set from the experiment's [runtime] precision for every algorithm (`fedcare.studies.base`)
@@ -139,6 +151,8 @@ class _Optimisation:
     def step(self, idx: torch.Tensor) -> float:
         """One optimizer step on the examples `idx`; returns the batch's task loss."""
         self.optimizer.zero_grad(set_to_none=True)
+        if len(idx) == 0:
+            return self._empty_step()
         x = as_float(self.data.x[idx].to(self.device))
         if self.batch_transform is not None:
             x = self.batch_transform(x, self.generator)
@@ -165,6 +179,19 @@ class _Optimisation:
             raise TrainingDiverged(f"training diverged: a batch's loss is {value} (a learning rate too high for this "
                                    "model, or gradients that grow without bound); its numbers would mean nothing")
         return value
+
+    def _empty_step(self) -> float:
+        """A Poisson-sampled batch with no example: the step still happens (skipping it would
+        tell which batches were empty); the gradient hook (DP-SGD) makes it noise alone."""
+        extra = self.penalty() if self.penalty is not None else None
+        if extra is not None:
+            extra.backward()
+        if self.settings.gradient_hook is not None:
+            self.settings.gradient_hook(self.model, 0)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return 0.0
 
 
 class TrainingDiverged(ValueError):
@@ -202,9 +229,19 @@ def train_epochs(
     train on it."""
     epochs = settings.local_epochs if epochs is None else epochs
     n, batch_size = len(data), settings.batch_size
+    sampler = settings.batches
+    per_epoch = batches_per_epoch(n, batch_size) if sampler is None else sampler.steps_per_epoch(n, batch_size)
     run = _Optimisation(model, params, data, settings, settings.lr if lr is None else lr,
-                        epochs * batches_per_epoch(n, batch_size), generator, batch_transform, penalty, round)
+                        epochs * per_epoch, generator, batch_transform, penalty, round)
     last_loss = float("nan")
+    if sampler is not None:
+        for _ in range(epochs):
+            total, count = 0.0, 0
+            for idx in sampler.epoch(n, batch_size, generator):
+                total += run.step(idx) * len(idx)
+                count += len(idx)
+            last_loss = total / count if count else last_loss
+        return last_loss
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator, device=generator.device)  # drawn per epoch: batch transforms share the generator
         total, count = 0.0, 0
@@ -237,6 +274,17 @@ def train_steps(
     if n < 2:
         raise ValueError(f"training needs at least 2 examples, got {n}")
     run = _Optimisation(model, params, data, settings, settings.lr if lr is None else lr, steps, generator, None, None)
+    if settings.batches is not None:  # epochs of the sampler's batches until `steps` are taken (or it stops)
+        taken, total = 0, 0.0
+        while taken < steps:
+            drawn = 0
+            for idx in settings.batches.epoch(n, batch_size, generator):
+                total, taken, drawn = total + run.step(idx), taken + 1, drawn + 1
+                if taken == steps:
+                    break
+            if not drawn:  # the sampler has stopped (DP-SGD's budget is spent)
+                break
+        return total / taken if taken else float("nan")
     order, start, total = torch.randperm(n, generator=generator, device=generator.device), 0, 0.0
     for _ in range(steps):
         if n - start < 2:

@@ -7,7 +7,9 @@ clipped to the clipping norm C (one L2 norm over all tensors); the clipped repli
 averaged uniformly (every reply's weight is set to 1: with example weights the sensitivity
 would be the largest weight times C, not C / m); Gaussian noise of std noise_multiplier * C / m
 is added to the average. Adaptive clipping moves C geometrically towards the target quantile
-of the update norms, from a noisy count of clipped replies (Flower's rule and defaults).
+of the update norms, from a noisy count of *unclipped* replies (Andrew et al. 2021, eq. 1 and
+Algorithm 1: b_i = 1 when ||Delta_i|| <= C, C <- C * exp(-eta (b_bar - gamma))): when fewer than
+the target fraction fit under C, C grows; when more do, it shrinks.
 
 Choices written down:
 - Only a server half whose aggregation is the plain weighted average can be wrapped: noise
@@ -15,11 +17,20 @@ Choices written down:
   aggregation (FedAP, FedDyn, q-FedAvg); the others are refused with the reason.
 - Adaptive: Flower updates C before adding the round's noise, so the noise is scaled by the
   next round's norm; here the noise uses the norm the updates were clipped to (the one the
-  sensitivity is), and C moves afterwards. Clipping and the norm update equal Flower's.
+  sensitivity is), and C moves afterwards.
+- Adaptive, the count: Flower 1.41 counts the *clipped* replies and applies the paper's update
+  to that fraction, which moves C away from its target (all clipped: C shrinks further). Here
+  the paper's count of unclipped replies is used; docs/privacy.md gives a reproduction of
+  Flower's behaviour. Fixed clipping equals Flower's (tests/test_privacy_client_dp.py).
 - Integer tensors (BatchNorm's counter) carry no gradient: they are averaged unclipped.
 - Accounting: the Gaussian mechanism composed over rounds with Opacus's RDP accountant at
   sampling rate 1 (no amplification, as Flower's accounting requires): conservative when a
   round samples a fraction of the clients. The ledger is never rolled back by snapshots.
+  `client_dp_epsilon` composes every release; per client, only the releases it took part in.
+- Budget (`target_epsilon`): the noise multiplier is calibrated before the first round so that
+  `budget_rounds` releases spend the target (Opacus's get_noise_multiplier, rate 1); a client
+  whose next release would cross it is left out of the round (`over_budget`; the round's
+  record lists it as skipped).
 """
 
 from __future__ import annotations
@@ -52,18 +63,30 @@ def adaptive_noise(noise_multiplier: float, clients: int, clipped_count_stddev: 
 
 
 class Ledger:
-    """Noise multipliers of the releases made. Shared, not copied, by a snapshot of the server
-    (deepcopy): early stopping going back to a round does not unspend privacy."""
+    """Noise multipliers of the releases made, and per client those it took part in. Shared,
+    not copied, by a snapshot of the server (deepcopy): early stopping going back to a round
+    does not unspend privacy."""
 
     def __init__(self) -> None:
         self.releases: list[float] = []
+        self.clients: dict[ClientId, list[float]] = {}
 
     def __deepcopy__(self, memo: dict) -> "Ledger":
         return self
 
-    def epsilon(self, delta: float) -> float:
-        rows = torch.tensor([[s, 1.0, 1] for s in self.releases], dtype=torch.float64, device="cpu").reshape(-1, 3)
+    def epsilon(self, delta: float, releases: list[float] | None = None) -> float:
+        releases = self.releases if releases is None else releases
+        rows = torch.tensor([[s, 1.0, 1] for s in releases], dtype=torch.float64, device="cpu").reshape(-1, 3)
         return epsilon(rows, delta)
+
+
+def calibrated_noise(config: ClientDP) -> float:
+    """The noise multiplier with which `budget_rounds` releases (sampling rate 1, the
+    accounting used here) spend exactly `target_epsilon` at `delta` (Opacus)."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(get_noise_multiplier(target_epsilon=config.target_epsilon, target_delta=config.delta, sample_rate=1.0,
+                                      steps=config.budget_rounds, accountant="rdp"))
 
 
 class ClientDPServer(ServerHalf):
@@ -75,6 +98,8 @@ class ClientDPServer(ServerHalf):
                                f"({type(inner).__name__}), so noise on the plain average would not protect what it "
                                f"releases; client-level DP applies to plain-averaging algorithms (FedAvg, FedProx, "
                                f"FedBN, FedPer, FedRep, FedDG, PFDL)")
+        if config.target_epsilon is not None:  # the budget fixes the noise before the first round
+            config = config.model_copy(update={"noise_multiplier": calibrated_noise(config)})
         self.inner, self.config = inner, config
         self.split, self.weighting = inner.split, inner.weighting
         self.clipping_norm = config.clipping_norm
@@ -94,21 +119,34 @@ class ClientDPServer(ServerHalf):
     def message_for(self, client, message):
         return self.inner.message_for(client, message)
 
+    def over_budget(self, clients: list[ClientId]) -> list[ClientId]:
+        """The clients whose taking part in one more release would cross target_epsilon."""
+        cfg = self.config
+        if cfg.target_epsilon is None:
+            return []
+        return [c for c in clients
+                if self.ledger.epsilon(cfg.delta, [*self.ledger.clients.get(c, []), cfg.noise_multiplier])
+                > cfg.target_epsilon]
+
+    def spent_per_client(self) -> dict[str, float]:
+        """Each client's epsilon so far: the releases it took part in, composed."""
+        return {str(c): self.ledger.epsilon(self.config.delta, r) for c, r in sorted(self.ledger.clients.items())}
+
     def aggregate(self, current: Message, replies: Mapping[ClientId, Message]) -> Message:
         if not replies or not current.tensors:
             return current
         c, m, release = self.clipping_norm, len(replies), len(self.ledger.releases)
-        clipped, n_clipped = {}, 0
+        clipped, n_unclipped = {}, 0
         for client in sorted(replies):
             tensors, was_clipped = clip_update(current.tensors, replies[client].tensors, c)
-            n_clipped += was_clipped
+            n_unclipped += not was_clipped  # the paper's b_i: the update fits under C
             clipped[client] = Message(tensors, {**replies[client].scalars, NUM_EXAMPLES: 1.0})
         cfg = self.config
         sigma = cfg.noise_multiplier
         if cfg.adaptive:
             count_std, sigma = adaptive_noise(cfg.noise_multiplier, m, cfg.clipped_count_stddev)
-            noisy = numpy_rng(self.seed, "client-dp-count", release).normal(n_clipped, count_std) if count_std else n_clipped
-            self.clipping_norm = c * math.exp(-cfg.clip_norm_lr * (noisy / m - cfg.target_quantile))
+            noisy = numpy_rng(self.seed, "client-dp-count", release).normal(n_unclipped, count_std) if count_std else n_unclipped
+            self.clipping_norm = next_clipping_norm(c, noisy / m, cfg.target_quantile, cfg.clip_norm_lr)
         averaged = self.inner.aggregate(current, clipped)
         generator = torch_generator(self.seed, "client-dp-noise", release)
         std = sigma * c / m
@@ -116,9 +154,18 @@ class ClientDPServer(ServerHalf):
                                                   device=generator.device).to(v.dtype))
                   if v.is_floating_point() and std > 0 else v for k, v in averaged.tensors.items()}
         self.ledger.releases.append(cfg.noise_multiplier)
+        for client in replies:
+            self.ledger.clients.setdefault(client, []).append(cfg.noise_multiplier)
         scalars = {**averaged.scalars, CLIPPING_NORM: self.clipping_norm,
                    CLIENT_DP_EPSILON: self.ledger.epsilon(cfg.delta)}
         return Message(noised, scalars)
+
+
+def next_clipping_norm(norm: float, unclipped_fraction: float, target_quantile: float, lr: float) -> float:
+    """Andrew et al.'s geometric update: C * exp(-lr * (b_bar - gamma)), b_bar the (noisy)
+    fraction of updates whose norm was at most C. Its fixed point is the gamma-quantile of the
+    update norms: more than gamma unclipped -> C shrinks, fewer -> C grows."""
+    return norm * math.exp(-lr * (unclipped_fraction - target_quantile))
 
 
 def clip_update(current: Mapping[str, torch.Tensor], reply: Mapping[str, torch.Tensor],

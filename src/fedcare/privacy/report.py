@@ -23,7 +23,8 @@ KINDS = {DP_EPSILON: ("DP-SGD (sample-level)", "dp_sgd"), CLIENT_DP_EPSILON: ("c
 
 
 def privacy_notes(run_dir: Path) -> list[str]:
-    """One note per protection used: the largest epsilon per method (and phase) at the end."""
+    """One note per protection used: the largest epsilon per method (and phase) at the end;
+    the per-client table is tables/privacy_budget.md (`write_budget_table`)."""
     try:
         records, _ = read_run_records(run_dir)
         config = tomllib.loads((Path(run_dir) / "config.toml").read_text(encoding="utf-8"))
@@ -39,16 +40,113 @@ def privacy_notes(run_dir: Path) -> list[str]:
                 spent[name] = max(spent.get(name, 0.0), float(r[key]))
         if spent:
             delta = privacy.get(table, {}).get("delta", "?")
+            if table == "dp_sgd" and privacy.get(table, {}).get("sampling") == "shuffle":
+                label += ", approximate (shuffled batches; the accountant assumes Poisson sampling)"
             listed = ", ".join(f"{m}: {e:.2f}" for m, e in sorted(spent.items()))
             notes.append(f"Privacy, {label}: epsilon spent at delta = {delta} (largest over clients and rounds) — "
                          f"{listed}. See docs/privacy.md for "
                          f"what it covers and what it does not.")
+    if budget_rows(records, config):
+        notes.append("Privacy budget: epsilon spent per client, against target_epsilon, and rounds skipped once it "
+                     "was spent: tables/privacy_budget.md.")
     if "secure_aggregation" in privacy:
         threshold = privacy["secure_aggregation"].get("threshold", 2 / 3)
         notes.append(f"Privacy, secure aggregation (SecAgg+): the server received only the weighted sum of each "
                      f"round's updates, never one client's; a round finishes while at least {threshold:.0%} of its "
                      f"clients are left. Evaluation metrics still leave each client in clear (docs/privacy.md).")
     return notes
+
+
+def write_budget_table(run_dir: Path) -> None:
+    """tables/privacy_budget.{csv,md} of a run with DP (any study), beside its own tables."""
+    from fedcare.report.tables import write_tables
+
+    try:
+        records, _ = read_run_records(run_dir)
+        config = tomllib.loads((Path(run_dir) / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    table = budget_table(records, config)
+    if table is not None:
+        write_tables({BUDGET: table}, Path(run_dir) / "tables")
+
+
+# -- the budget: epsilon spent per client ----------------------------------------------------
+# a record: one client's epsilon over a whole run (fit and every fine-tuning); its `protection`
+# is "dp_sgd" or "client_dp", the table of [privacy] it comes from
+BUDGET = "privacy_budget"
+
+
+def budget_rows(records: list[dict], config: dict | None = None) -> list[dict]:
+    """Per (method and phase or case, kind, client): epsilon spent, the budget, the rounds it
+    was skipped. From "privacy_budget" records where a protocol wrote them; else from the
+    rounds' per-client epsilons (DP-SGD: the client's whole ledger after the round, fit and
+    fine-tuning; client-level DP: the releases it took part in): whole-run values."""
+    privacy = (config or {}).get("privacy", {})
+    rows: dict[tuple, dict] = {}
+    for r in records:
+        if r.get("type") == BUDGET:
+            key = (str(r.get("method")), r["protection"], str(r["client"]), r.get("seed"))
+            rows[key] = {"method": key[0], "kind": r["protection"], "client": key[2], "epsilon": r["epsilon"],
+                         "target": r.get("target_epsilon"), "delta": r.get("delta"), "steps": r.get("steps"),
+                         "sampling": r.get("sampling"), "skipped": r.get("skipped", 0)}
+    if rows:
+        return list(rows.values())
+    for r in records:
+        if r.get("type") != "round":
+            continue
+        method = f"{r.get('method')} ({r['phase']})" if r.get("phase") else str(r.get("method"))
+        for field, kind in ((DP_EPSILON + "_clients", "dp_sgd"), (CLIENT_DP_EPSILON + "_clients", "client_dp")):
+            table = privacy.get(kind, {})
+            for client, eps in (r.get(field) or {}).items():
+                row = rows.setdefault((method, kind, client), {
+                    "method": method, "kind": kind, "client": client, "target": table.get("target_epsilon"),
+                    "delta": table.get("delta", 1e-5), "steps": None, "skipped": 0,
+                    "sampling": table.get("sampling", "poisson") if kind == "dp_sgd" else None})
+                row["epsilon"] = max(row.get("epsilon", 0.0), float(eps))
+        for client in r.get("skipped", []):
+            for kind in ("dp_sgd", "client_dp"):
+                if (method, kind, client) in rows:
+                    rows[(method, kind, client)]["skipped"] += 1
+    return list(rows.values())
+
+
+BUDGET_CAPTION = (
+    "Epsilon each client spent at delta, against the budget (privacy.*.target_epsilon; none: no budget was set, "
+    "the noise multiplier was given). Sample-level (DP-SGD): every training step of the client, fit and "
+    "fine-tuning, composed by the accountant; 'approximate' when batches were shuffled (the accountant assumes "
+    "Poisson sampling). Client-level DP: the releases the client took part in (sampling rate 1, no amplification). "
+    "Skipped: the client's rounds left out because one more would have crossed the budget. docs/privacy.md."
+)
+
+
+def budget_table(records: list[dict], config: dict | None = None) -> Table | None:
+    """The per-client budget table (None without DP); the clients of a method that all spent
+    the same, over the same steps and skipped rounds, share one row ("all 6")."""
+    rows = budget_rows(records, config)
+    if not rows:
+        return None
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["method"], r["kind"]), []).append(r)
+    columns = ["Method", "level", "client", "epsilon spent", "budget", "delta", "steps", "rounds skipped"]
+    display, csv_rows = [], []
+    for group in groups.values():
+        same = len(group) > 1 and len({(round(r["epsilon"], 6), r["steps"], r["skipped"]) for r in group}) == 1
+        for r in group[:1] if same else group:
+            client = f"all {len(group)}" if same else r["client"]
+            level = "client-level DP" if r["kind"] == "client_dp" else (
+                "DP-SGD" + (" (approximate: shuffled)" if r.get("sampling") == "shuffle" else ""))
+            eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.2f}"
+            display.append([r["method"], level, client, eps, "none" if r["target"] is None else f"{r['target']:g}",
+                            f"{r['delta']:g}" if r.get("delta") is not None else "?",
+                            "" if r["steps"] is None else str(r["steps"]), str(r["skipped"])])
+        for r in group:  # the CSV keeps every client
+            csv_rows.append([r["method"], r["kind"], r.get("sampling"), r["client"], r["epsilon"], r["target"],
+                             r.get("delta"), r["steps"], r["skipped"]])
+    return Table(BUDGET, "Privacy budget: epsilon spent per client", BUDGET_CAPTION, columns, display,
+                 ["method", "kind", "sampling", "client", "epsilon", "target_epsilon", "delta", "steps",
+                  "rounds_skipped"], csv_rows)
 
 
 # -- the membership audit ([privacy.audit]): "membership" records --------------------------

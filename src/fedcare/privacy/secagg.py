@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 from flwr.common.secure_aggregation.crypto.shamir import combine_shares, create_shares
 
-from fedcare.algorithms.base import DP_EPSILON, NUM_EXAMPLES, TRAIN_LOSS, ClientId, DelegatingClient
+from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, TRAIN_LOSS, ClientId, DelegatingClient
 from fedcare.algorithms.messages import ClientState, Message
 
 MOD_BITS, SCALE_BITS = 62, 24  # sums of int64 values below 2^62 never overflow
@@ -197,6 +197,8 @@ class SecureAggClient(DelegatingClient):
                               f"message's {sorted(model_message.tensors)}; the masked sum needs the same ones")
         n, loss = reply.scalars[NUM_EXAMPLES], reply.scalars[TRAIN_LOSS]
         w = n if message.scalars[WIRE + "weighted"] else 1.0
+        if reply.scalars.get(DP_SKIPPED):  # DP-SGD's budget is spent: no training, weight 0 in the sum
+            w, n, loss = 0.0, 0.0, 0.0
         vector = np.concatenate([(w * reply.tensors[k].double()).flatten().numpy() for k in model_message.tensors]
                                 + [np.array([w, n, n * loss])])
         alive = message.tensors[WIRE + "alive"].bool()
@@ -331,6 +333,9 @@ class SecureAggregation:
     def _mean(vector: np.ndarray, sent: Message, epsilons: list[float]) -> Message:
         """[sum w*x, sum w, sum n, sum n*loss] -> the weighted mean of x as one reply."""
         weight, n, loss = vector[-3:]
+        if weight == 0:  # every survivor was out of DP-SGD budget: nothing to average, the message stays
+            return Message({k: v for k, v in sent.tensors.items() if not k.startswith(WIRE)},
+                           {NUM_EXAMPLES: 0.0, TRAIN_LOSS: float("nan"), **({DP_EPSILON: max(epsilons)} if epsilons else {})})
         tensors, offset = {}, 0
         for name, like in sent.tensors.items():
             if name.startswith(WIRE):

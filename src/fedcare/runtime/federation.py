@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from fedcare.algorithms.base import DP_EPSILON, NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientId
+from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientId
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.runtime.clients import Clients, DataRef, LocalClients
 from fedcare.seeding import numpy_rng
@@ -89,16 +89,25 @@ class Federation:
 
     def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, DataRef]) -> dict:
         participants = self.sample(phase, rnd, list(train))
+        # client-level DP with a budget: a client whose next round would cross it takes no part
+        over_budget = self.server.over_budget(participants) if hasattr(self.server, "over_budget") else []
+        participants = [c for c in participants if c not in over_budget]
         work = self.work({c: train[c] for c in participants})
         secure = self.algorithm.secure
+        skipped: dict = {}
         if secure is None:
             replies = self.clients.fit(phase, rnd, work)
+            # DP-SGD with a budget: a client with no step left replied without training
+            skipped = {c: m for c, m in replies.items() if m.scalars.get(DP_SKIPPED)}
+            replies = {c: m for c, m in replies.items() if c not in skipped}
             answered = sorted(replies)  # on Flower a site may have dropped out
         else:  # secure aggregation: the server gets one reply, the survivors' weighted mean
             if self.observers:
                 raise RuntimeError("privacy.secure_aggregation: the server sees only the sum of the updates, but "
                                    "this federation's observers need each client's update")
             replies, answered = secure.fit(self.clients, phase, rnd, work, self.server.weighting)
+            if all(m.scalars.get(NUM_EXAMPLES) == 0 for m in replies.values()):  # every client out of DP budget
+                replies = {}
         previous = self.global_message
         self.global_message = self.server.aggregate(self.global_message, replies)
         for observe in self.observers:
@@ -114,10 +123,32 @@ class Federation:
         epsilons = [m.scalars[DP_EPSILON] for m in replies.values() if DP_EPSILON in m.scalars]
         if epsilons:  # DP-SGD: the largest epsilon any client has spent so far
             info[DP_EPSILON] = max(epsilons)
+        if self.reports_privacy:  # DP-SGD: each client's epsilon over the whole run so far, fine-tuning included
+            spent = self.privacy_spent({c: train[c] for c in participants})
+            info[DP_EPSILON + "_clients"] = {str(c): s[DP_EPSILON] for c, s in sorted(spent.items())}
+        if skipped or over_budget:  # out of privacy budget: these clients did not train this round
+            info["skipped"] = sorted(str(c) for c in [*skipped, *over_budget])
+        if hasattr(self.server, "spent_per_client"):  # client-level DP: each client's epsilon so far
+            info["client_dp_epsilon_clients"] = self.server.spent_per_client()
         for key, value in self.global_message.scalars.items():
             if key.startswith("client_dp_"):  # client-level DP: epsilon so far, the clipping norm
                 info[key] = value
         return info
+
+    @property
+    def reports_privacy(self) -> bool:
+        """Whether a client half in the algorithm's chain of wrappers keeps a DP-SGD ledger."""
+        client = self.algorithm.client
+        while client is not None and not getattr(type(client), "reports_privacy", False):
+            client = getattr(client, "inner", None)
+        return client is not None
+
+    def privacy_spent(self, data: Mapping[ClientId, DataRef]) -> dict[ClientId, dict]:
+        """Per client under DP-SGD: the epsilon it has spent over the whole run (every fit and
+        fine-tuning), its steps and noise multiplier, asked of the client (it holds the ledger)."""
+        from fedcare.privacy.dp_sgd import PRIVACY_METRICS
+
+        return self.clients.evaluate(self.work(data), PRIVACY_METRICS)
 
     def evaluate(self, data: Mapping[ClientId, DataRef], metrics: str) -> dict[ClientId, dict]:
         """Each client's personal model on its own data; the client computes `metrics` itself."""

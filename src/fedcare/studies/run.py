@@ -266,11 +266,12 @@ def build_report(run_dir: Path) -> Path:
     """Write the tables, plots and report.html of a run directory (run.json's study; pain
     when run.json does not say) from its metrics.jsonl; returns report.html's path. An
     unfinished run's report says so at the top."""
-    from fedcare.privacy.report import privacy_notes
+    from fedcare.privacy.report import privacy_notes, write_budget_table
     from fedcare.report.html import incomplete_text
 
     study, run_info, notes = study_of_run(run_dir)
     page = study.build_report(Path(run_dir), run_info, notes + privacy_notes(run_dir))
+    write_budget_table(Path(run_dir))  # DP's per-client epsilon, whatever the study
     banner = incomplete_text(run_info)
     if banner:  # the tables say it too, as report.html does
         for table in sorted((Path(run_dir) / "tables").glob("*.md")):

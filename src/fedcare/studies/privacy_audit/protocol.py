@@ -28,6 +28,7 @@ import torch
 
 from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy import private_model
+from fedcare.privacy.report import BUDGET
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.privacy_audit.methods import algorithm_name, cases, dp_sgd, level_label
@@ -78,6 +79,10 @@ class PrivacyAuditProtocol(StudyProtocol):
             return out
 
         info, federation = self.train_case(seed, method, sigma, "train", seed)
+        spent = {}
+        if sigma is not None:  # each client's epsilon over the whole run (fit and fine-tuning): the budget table
+            spent = federation.privacy_spent({c: f"train/{seed}" for c in clients})
+            self.record_budget(seed, f"{method} ({level_label(sigma)})", spent)
         target = {view: losses(view, federation) for view in ("own", "peer")}
         accuracy = []
         for c in clients:
@@ -104,7 +109,8 @@ class PrivacyAuditProtocol(StudyProtocol):
                 result |= {f"{view}_lira_auc": float(np.mean([r.auc for r in lira])),
                            f"{view}_lira_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in lira])),
                            f"{view}_lira_tpr_01pct": float(np.mean([r.tpr_at_01pct_fpr for r in lira]))}
-        epsilon = info.get(DP_EPSILON)
+        # the largest over the clients, whole run: PFDL's fine-tuning after the last round counts too
+        epsilon = max(s[DP_EPSILON] for s in spent.values()) if spent else info.get(DP_EPSILON)
         return {"method": method, "epsilon": epsilon, **({"epsilon_note": NO_EPSILON} if epsilon is None else {}),
                 "accuracy": float(np.mean(accuracy)), **result, "shadow_models": self.config.protocol.shadow_models,
                 "clients": len(clients), "members": self.config.data.train, "non_members": self.config.data.test}
@@ -123,6 +129,12 @@ class PrivacyAuditProtocol(StudyProtocol):
             for rnd in range(1, self.config.protocol.rounds + 1):
                 info = federation.run_round("train", rnd, {c: f"{data}/{seed}" for c in clients})
         return info, federation
+
+    def record_budget(self, seed: int, case: str, spent: dict) -> None:
+        for client, s in sorted(spent.items()):
+            self.record(BUDGET, seed=seed, method=case, protection="dp_sgd", client=str(client), epsilon=s[DP_EPSILON],
+                        steps=s["dp_steps"], sigma=s["dp_sigma"], target_epsilon=None,
+                        delta=self.config.protocol.delta, sampling="poisson")
 
     # -- gradient inversion -------------------------------------------------------------
     def invert(self, seed: int) -> None:

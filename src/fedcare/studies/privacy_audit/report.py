@@ -44,13 +44,17 @@ PLOT_CAPTIONS = {
 }
 
 
-def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict]]:
-    """(audit, inversion, inversion_frames) records; ValueError when there is neither."""
+def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """(audit, inversion, inversion_frames, privacy_budget) records; ValueError when there is
+    neither audit nor inversion."""
+    from fedcare.privacy.report import BUDGET
+
     records, _ = read_run_records(run_dir)
-    audit, inversion, frames = ([r for r in records if r.get("type") == kind] for kind in (AUDIT, INVERSION, FRAMES))
+    audit, inversion, frames, budget = ([r for r in records if r.get("type") == kind]
+                                        for kind in (AUDIT, INVERSION, FRAMES, BUDGET))
     if not audit and not inversion:
         raise ValueError(f"{Path(run_dir) / METRICS_FILE}: no audit or inversion records")
-    return audit, inversion, frames
+    return audit, inversion, frames, budget
 
 
 def _fmt(v: Any) -> str:
@@ -111,12 +115,16 @@ def inversion_table(inversion: list[dict], frames: list[dict]) -> Table:
                   f"{'one seed' if seeds == 1 else f'{seeds} seeds'}.", INVERSION_COLUMNS, inversion)
 
 
-def tables(audit: list[dict], inversion: list[dict], frames: list[dict]) -> dict[str, Table]:
+def tables(audit: list[dict], inversion: list[dict], frames: list[dict], budget: list[dict] = ()) -> dict[str, Table]:
+    from fedcare.privacy.report import budget_table
+
     found = {}
     if audit:
         found["privacy_audit"] = audit_table(audit)
         if (lira := lira_table(audit)) is not None:
             found["privacy_lira"] = lira
+    if budget and budget_table(list(budget)) is not None:
+        found["privacy_budget"] = budget_table(list(budget))
     if inversion:
         found["privacy_inversion"] = inversion_table(inversion, frames)
     return found
@@ -184,8 +192,9 @@ HOW_TO_READ = [
     "how confident shadow models trained the same way without it are: a hard example the model is sure of gives it "
     "away even when its loss is not the lowest. Stronger than the loss attack, above all at low FPR; still a lower "
     "bound on leakage.",
-    "<b>epsilon.</b> DP-SGD's sample-level guarantee at the experiment's delta after the last round, the largest "
-    "over the clients; inf: no DP-SGD, no bound.",
+    "<b>epsilon.</b> DP-SGD's sample-level guarantee at the experiment's delta over the whole case (every fit and "
+    "fine-tuning, Poisson-sampled batches), the largest over the clients, each client's in the budget table; inf: "
+    "no DP-SGD, no bound.",
     "<b>Gradient inversion.</b> What an honest-but-curious server rebuilds from one client's FedSGD step: above the "
     "flat-image baseline the faces show; at or below it nothing was recovered. A failed attack is a lower bound "
     "on leakage, not a proof of privacy.",
@@ -201,6 +210,9 @@ def render_page(run_info: Mapping[str, Any], tables_: Mapping[str, Table], plots
         sections.append(("membership", "Membership inference", "Membership inference vs DP-SGD",
                          table_block(tables_["privacy_audit"])
                          + (table_block(tables_["privacy_lira"]) if "privacy_lira" in tables_ else "")))
+    if "privacy_budget" in tables_:
+        sections.append(("budget", "Privacy budget", "Privacy budget: epsilon spent per client",
+                         table_block(tables_["privacy_budget"])))
     if "privacy_inversion" in tables_:
         sections.append(("inversion", "Gradient inversion", "Gradient inversion",
                          table_block(tables_["privacy_inversion"])))
@@ -212,8 +224,8 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any] | None = None, notes
     """Write the tables, plots and report.html of a privacy audit run; returns report.html's path."""
     run_dir = Path(run_dir)
     run_info = dict(run_info or {})
-    audit, inversion, frames = _records(run_dir)
-    found = tables(audit, inversion, frames)
+    audit, inversion, frames, budget = _records(run_dir)
+    found = tables(audit, inversion, frames, budget)
     plots = {}
     if audit:
         plots["membership_auc"] = membership_plot(audit)
