@@ -26,6 +26,7 @@ ClientId = int | str
 NUM_EXAMPLES = "num_examples"
 TRAIN_LOSS = "train_loss"
 DP_EPSILON = "dp_epsilon"  # a client's DP-SGD epsilon so far (`fedcare.privacy.dp_sgd`): public, not data
+PRIVACY_METRICS = "privacy"  # `evaluate` with these metrics: what a DP-SGD client has spent (DPSGDClient.spent)
 DP_SKIPPED = "dp_skipped"  # a fit's reply: 1.0 when DP-SGD's budget allowed no step (the client did not train)
 # Client-state entries that are not model tensors (FedDG's amplitude bank, FedDyn's gradient
 # term) are named with this prefix, so `load` knows what belongs in the model.

@@ -43,7 +43,9 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, TRAIN_LOSS, ClientHalf, DelegatingClient
+from fedcare.algorithms.base import (
+    DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, PRIVACY_METRICS, TRAIN_LOSS, ClientHalf, DelegatingClient,
+)
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.training import ClientData, Randomness
 from fedcare.config import DPSGD
@@ -52,7 +54,6 @@ from fedcare.runtime.clients import PRIVACY_LEDGER
 LEDGER = PRIVACY_LEDGER + "dp_sgd"  # rows (noise multiplier, sample rate, steps)
 SIGMA = PRIVACY_LEDGER + "dp_sgd_sigma"  # the calibrated noise multiplier (target_epsilon), fixed at first training
 
-PRIVACY_METRICS = "privacy"  # `evaluate` with these metrics: what the client has spent (DPSGDClient.spent)
 
 
 class PrivacyError(ValueError):

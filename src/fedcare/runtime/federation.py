@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, TRAIN_LOSS, Algorithm, ClientId
+from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, PRIVACY_METRICS, TRAIN_LOSS, Algorithm, ClientId
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.runtime.clients import Clients, DataRef, LocalClients
 from fedcare.seeding import numpy_rng
@@ -146,8 +146,6 @@ class Federation:
     def privacy_spent(self, data: Mapping[ClientId, DataRef]) -> dict[ClientId, dict]:
         """Per client under DP-SGD: the epsilon it has spent over the whole run (every fit and
         fine-tuning), its steps and noise multiplier, asked of the client (it holds the ledger)."""
-        from fedcare.privacy.dp_sgd import PRIVACY_METRICS
-
         return self.clients.evaluate(self.work(data), PRIVACY_METRICS)
 
     def evaluate(self, data: Mapping[ClientId, DataRef], metrics: str) -> dict[ClientId, dict]:

@@ -28,7 +28,6 @@ import torch
 
 from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy import private_model
-from fedcare.privacy.report import BUDGET
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.privacy_audit.methods import algorithm_name, cases, dp_sgd, level_label
@@ -131,6 +130,8 @@ class PrivacyAuditProtocol(StudyProtocol):
         return info, federation
 
     def record_budget(self, seed: int, case: str, spent: dict) -> None:
+        from fedcare.privacy.report import BUDGET  # the report stack only when a DP case runs (not at a site)
+
         for client, s in sorted(spent.items()):
             self.record(BUDGET, seed=seed, method=case, protection="dp_sgd", client=str(client), epsilon=s[DP_EPSILON],
                         steps=s["dp_steps"], sigma=s["dp_sigma"], target_epsilon=None,
