@@ -22,7 +22,7 @@ from fedcare.cli import app
 SHRINK = ["protocol.rounds=1", 'methods=["local", "FedBN"]', "protocol.noise_multipliers=[1.5]", "inversion.steps=2",
           "data.clients=3", "data.train=16", "data.test=16", "protocol.shadow_models=2"]
 SETS = [a for s in SHRINK for a in ("--set", s)]
-UNITS = 3 + 5  # local and FedBN plain, local under DP-SGD; the five inversion cases
+UNITS = 4 + 5  # local and FedBN plain, local under DP-SGD and within the demo's budget; the five inversion cases
 AUDIT_HEADER = ("| privacy | method | epsilon | accuracy | peer_auc | peer_tpr_1pct | peer_tpr_01pct | own_auc | "
                 "own_tpr_1pct | own_tpr_01pct |")
 LIRA_HEADER = ("| privacy | method | epsilon | peer_lira_auc | peer_lira_tpr_1pct | peer_lira_tpr_01pct | own_lira_auc | "
@@ -58,7 +58,11 @@ def test_the_privacy_demo_is_a_study_run_with_its_results_on_stdout(demo):
     assert info["progress"] == {"units_done": UNITS, "units_total": UNITS}
     assert "rounds = 1" in (out / "config.toml").read_text()  # --set is honoured
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["type"] for r in records].count("audit") == 3 and [r["type"] for r in records].count("inversion") == 6
+    assert [r["type"] for r in records].count("audit") == 4 and [r["type"] for r in records].count("inversion") == 6
+    # the budgeted level (the demo's protocol.target_epsilon = 10): every client spends exactly its budget
+    budget = [r for r in records if r["type"] == "privacy_budget" and r["method"] == "local (DP epsilon<=10)"]
+    assert len(budget) == 3 and all(r["target_epsilon"] == 10 and 9.9 < r["epsilon"] <= 10 for r in budget)
+    assert "| local (DP epsilon<=10) | DP-SGD | all 3 |" in result.stdout
     assert (out / "synthetic-data" / "inversion-subject-seed0").is_dir()  # the inversion's frames stay in the run
 
 
@@ -83,9 +87,9 @@ def test_the_run_directory_is_strict_json(demo):
         strict_json(path.read_text())
     records = [strict_json(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     audit = [r for r in records if r["type"] == "audit"]
-    plain = [r for r in audit if r["sigma"] is None]
+    plain = [r for r in audit if r["privacy"] == "none"]
     assert plain and all(r["epsilon"] is None and "no DP-SGD" in r["epsilon_note"] for r in plain)
-    assert all(0 < r["epsilon"] < 1e6 and "epsilon_note" not in r for r in audit if r["sigma"] is not None)
+    assert all(0 < r["epsilon"] < 1e6 and "epsilon_note" not in r for r in audit if r["privacy"] != "none")
 
 
 def test_what_the_privacy_demo_would_ignore_is_refused(tmp_path):
@@ -125,7 +129,7 @@ def test_a_stopped_demo_keeps_its_run_directory_and_resumes(demo, tmp_path, monk
     partial = tmp_path / "run.partial"
     assert said in stopped.output and f"continue with: fedcare resume {partial}" in stopped.output
     info = json.loads((partial / "run.json").read_text())
-    assert info["status"] == status and info["progress"] == {"units_done": 4, "units_total": UNITS}
+    assert info["status"] == status and info["progress"] == {"units_done": 5, "units_total": UNITS}
     monkeypatch.undo()
     resumed = CliRunner().invoke(app, ["resume", str(partial)])
     assert resumed.exit_code == 0, resumed.output
@@ -154,5 +158,20 @@ def test_a_native_crash_is_reported_not_taken_for_an_interruption(tmp_path):
     assert "Fatal Python error: Segmentation fault" in proc.stderr
     assert "in invert" in proc.stderr  # where Python was: the protocol's inversion unit
     info = json.loads((tmp_path / "run.partial" / "run.json").read_text())
-    assert info["progress"]["units_done"] == 3  # the audit's units are kept for `fedcare resume`
+    assert info["progress"]["units_done"] == 4  # the audit's units are kept for `fedcare resume`
     assert (tmp_path / "run.partial" / "checkpoint.pt").is_file()
+
+
+def test_a_budget_level_is_named_built_and_read_back():
+    """`protocol.target_epsilon` adds a level after the noise levels: DP-SGD with the budget over
+    the planned fit epochs; its algorithm name reads back to the same level."""
+    from fedcare.studies.load import load_config
+    from fedcare.studies.privacy_audit.methods import _level, algorithm_name, cases, dp_sgd, level_label
+
+    config = load_config(Path(__file__).parents[1] / "configs" / "privacy_audit" / "demo.toml", [])
+    levels = list(dict.fromkeys(level for level, _ in cases(config)))
+    assert levels == [None, 0.6, 1.5, "epsilon<=10"] and level_label("epsilon<=10") == "DP epsilon<=10"
+    dp = dp_sgd("epsilon<=10", config).dp_sgd
+    assert dp.target_epsilon == 10 and dp.budget_epochs == config.protocol.rounds * config.train.local_epochs
+    for level in levels:
+        assert _level(algorithm_name("PFDL", level).partition(" under DP-SGD sigma=")[2]) == level

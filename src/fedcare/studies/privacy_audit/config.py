@@ -31,6 +31,10 @@ class AuditProtocol(Strict):
     delta: float = Field(1e-5, gt=0, lt=1)  # the delta epsilon is reported at
     # LiRA's shadow federations per case (offline LiRA, fedcare.privacy.lira); 0: the loss attack only
     shadow_models: int = Field(4, ge=0)
+    # a budgeted DP-SGD level, audited after the noise levels: each client's noise calibrated so
+    # that the planned fit epochs (rounds x local epochs) spend this epsilon at `delta`; a client
+    # stops before a step would cross it (PFDL's fine-tuning, not planned for, ends early)
+    target_epsilon: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _positive_noise(self) -> "AuditProtocol":

@@ -16,6 +16,11 @@ from fedcare.tasks import BINARY
 
 PLAIN = "none"  # the privacy level of a run without DP-SGD
 _UNDER = " under DP-SGD sigma="
+BUDGET_LEVEL = "epsilon<="  # a level given as a budget: "epsilon<=20" (`protocol.target_epsilon`)
+
+# A level: None (no DP-SGD), a noise multiplier (float), or a budget ("epsilon<=T": the noise
+# calibrated so that the planned fit epochs spend T)
+Level = float | str | None
 
 
 class SmallCNN(nn.Module):
@@ -30,31 +35,44 @@ class SmallCNN(nn.Module):
         return self.classifier(self.features(x)).squeeze(1)
 
 
-def level_label(sigma: float | None) -> str:
-    """The privacy column of the table: "none" or "DP sigma=0.6"."""
-    return PLAIN if sigma is None else f"DP sigma={sigma:g}"
+def level_label(level: Level) -> str:
+    """The privacy column of the table: "none", "DP sigma=0.6" or "DP epsilon<=20"."""
+    if level is None:
+        return PLAIN
+    return f"DP {level}" if isinstance(level, str) else f"DP sigma={level:g}"
 
 
-def cases(config: PrivacyAuditExperiment) -> list[tuple[float | None, str]]:
-    """(noise multiplier or None, method) of every audited case, levels first. FedBN runs plain
-    only: DP-SGD's GroupNorm replaces its BatchNorm, leaving FedAvg."""
-    levels = [None, *config.protocol.noise_multipliers]
+def budget_of(level: Level) -> float | None:
+    """The target epsilon of a budget level (None for the others)."""
+    return float(level[len(BUDGET_LEVEL):]) if isinstance(level, str) else None
+
+
+def cases(config: PrivacyAuditExperiment) -> list[tuple[Level, str]]:
+    """(level, method) of every audited case, levels first: plain, each noise multiplier, the
+    budget. FedBN runs plain only: DP-SGD's GroupNorm replaces its BatchNorm, leaving FedAvg."""
+    p = config.protocol
+    budget = [f"{BUDGET_LEVEL}{p.target_epsilon:g}"] if p.target_epsilon is not None else []
+    levels = [None, *p.noise_multipliers, *budget]
     return [(s, m) for s in levels for m in config.methods if not (m == "FedBN" and s is not None)]
 
 
-def dp_sgd(sigma: float | None, config: PrivacyAuditExperiment) -> Privacy | None:
+def dp_sgd(level: Level, config: PrivacyAuditExperiment) -> Privacy | None:
     p = config.protocol
-    return None if sigma is None else Privacy(dp_sgd=DPSGD(noise_multiplier=sigma, max_grad_norm=p.max_grad_norm,
-                                                           delta=p.delta))
+    if level is None:
+        return None
+    if isinstance(level, str):  # planned: the fit epochs of every round; PFDL's fine-tuning comes on top
+        return Privacy(dp_sgd=DPSGD(target_epsilon=budget_of(level), max_grad_norm=p.max_grad_norm, delta=p.delta,
+                                    budget_epochs=p.rounds * config.train.local_epochs))
+    return Privacy(dp_sgd=DPSGD(noise_multiplier=level, max_grad_norm=p.max_grad_norm, delta=p.delta))
 
 
-def algorithm_name(method: str, sigma: float | None) -> str:
-    return method if sigma is None else f"{method}{_UNDER}{sigma!r}"
+def algorithm_name(method: str, level: Level) -> str:
+    return method if level is None else f"{method}{_UNDER}{level!r}"
 
 
 def make_algorithm(name: str, config: PrivacyAuditExperiment) -> Algorithm:
     """The algorithm `algorithm_name` named: the method, under DP-SGD at its level if any."""
-    method, _, sigma = name.partition(_UNDER)
+    method, _, level = name.partition(_UNDER)
     t = config.train
     settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs, task=BINARY)
     if method == "FedAvg":
@@ -67,4 +85,11 @@ def make_algorithm(name: str, config: PrivacyAuditExperiment) -> Algorithm:
         algorithm = local(settings)
     else:
         raise ValueError(f"unknown privacy audit method {method!r}")
-    return private_algorithm(algorithm, dp_sgd(float(sigma) if sigma else None, config))
+    return private_algorithm(algorithm, dp_sgd(_level(level), config))
+
+
+def _level(text: str) -> Level:
+    """The level `algorithm_name` wrote: '' (none), a float's repr, or a budget's quoted repr."""
+    if not text:
+        return None
+    return text.strip("'") if text.startswith("'") else float(text)

@@ -23,6 +23,8 @@ generators), so a resumed run's records are byte-identical to an uninterrupted o
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import torch
 
@@ -30,7 +32,7 @@ from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy import private_model
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
-from fedcare.studies.privacy_audit.methods import algorithm_name, cases, dp_sgd, level_label
+from fedcare.studies.privacy_audit.methods import Level, algorithm_name, budget_of, cases, dp_sgd, level_label
 from fedcare.tasks import BINARY
 
 AUDIT, INVERSION, FRAMES = "audit", "inversion", "inversion_frames"  # record types
@@ -51,15 +53,17 @@ class PrivacyAuditProtocol(StudyProtocol):
 
     def run(self) -> None:
         for seed in self.config.seeds:
-            for sigma, method in cases(self.config):
-                label = level_label(sigma)
+            for level, method in cases(self.config):
+                label = level_label(level)
                 if not self.finished(seed, label, method):
-                    self.record(AUDIT, seed=seed, privacy=label, sigma=sigma, **self.audit(seed, method, sigma))
+                    sigma = None if isinstance(level, str) else level  # a budget's sigma is calibrated per client
+                    self.record(AUDIT, seed=seed, privacy=label, sigma=sigma, target_epsilon=budget_of(level),
+                                **self.audit(seed, method, level))
                     self.finish_unit(f"seed {seed}: {method}, {label}", seed, label, method)
             self.invert(seed)
 
     # -- membership inference -----------------------------------------------------------
-    def audit(self, seed: int, method: str, sigma: float | None) -> dict:
+    def audit(self, seed: int, method: str, sigma: Level) -> dict:
         """Train the case's federation, then attack every client from a peer's and its own model:
         the loss attack, and LiRA against the shadow federations' models."""
         from fedcare.algorithms.training import predict
@@ -81,7 +85,8 @@ class PrivacyAuditProtocol(StudyProtocol):
         spent = {}
         if sigma is not None:  # each client's epsilon over the whole run (fit and fine-tuning): the budget table
             spent = federation.privacy_spent({c: f"train/{seed}" for c in clients})
-            self.record_budget(seed, f"{method} ({level_label(sigma)})", spent)
+            self.record_budget(seed, f"{method} ({level_label(sigma)})", spent, budget_of(sigma),
+                               info.get("skipped_rounds", {}))
         target = {view: losses(view, federation) for view in ("own", "peer")}
         accuracy = []
         for c in clients:
@@ -114,8 +119,8 @@ class PrivacyAuditProtocol(StudyProtocol):
                 "accuracy": float(np.mean(accuracy)), **result, "shadow_models": self.config.protocol.shadow_models,
                 "clients": len(clients), "members": self.config.data.train, "non_members": self.config.data.test}
 
-    def train_case(self, seed: int, method: str, sigma: float | None, data: str, own_seed: int):
-        """(last round's info, federation) of the case's method at its level after
+    def train_case(self, seed: int, method: str, sigma: Level, data: str, own_seed: int):
+        """(last round's info with each client's skipped rounds, federation) of the case's method at its level after
         `protocol.rounds` rounds on each client's `<data>/<seed>` set; `own_seed` seeds its
         randomness (torch's global generator for the model's init, for this federation only;
         batches and DP-SGD's noise): the run seed for the target, a derived one per shadow."""
@@ -124,18 +129,19 @@ class PrivacyAuditProtocol(StudyProtocol):
             torch.manual_seed(own_seed)
             model = private_model(self.study.new_model(), dp_sgd(sigma, self.config))
             federation = self.runtime.federation(model, algorithm_name(method, sigma), own_seed)
-            info = {}
+            info, skipped = {}, Counter()
             for rnd in range(1, self.config.protocol.rounds + 1):
                 info = federation.run_round("train", rnd, {c: f"{data}/{seed}" for c in clients})
-        return info, federation
+                skipped.update(info.get("skipped", []))  # out of budget: these clients did not train this round
+        return {**info, "skipped_rounds": dict(skipped)}, federation
 
-    def record_budget(self, seed: int, case: str, spent: dict) -> None:
+    def record_budget(self, seed: int, case: str, spent: dict, target: float | None, skipped: dict) -> None:
         from fedcare.privacy.report import BUDGET  # the report stack only when a DP case runs (not at a site)
 
         for client, s in sorted(spent.items()):
             self.record(BUDGET, seed=seed, method=case, protection="dp_sgd", client=str(client), epsilon=s[DP_EPSILON],
-                        steps=s["dp_steps"], sigma=s["dp_sigma"], target_epsilon=None,
-                        delta=self.config.protocol.delta, sampling="poisson")
+                        steps=s["dp_steps"], sigma=s["dp_sigma"], target_epsilon=target,
+                        delta=self.config.protocol.delta, sampling="poisson", skipped=skipped.get(str(client), 0))
 
     # -- gradient inversion -------------------------------------------------------------
     def invert(self, seed: int) -> None:
