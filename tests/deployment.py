@@ -102,3 +102,12 @@ class Deployment:
     def close(self) -> None:
         stop_groups(self.processes.values())
         self.processes.clear()
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    """Poll `predicate` every 0.5 s until it holds; TimeoutError naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.5)

@@ -20,16 +20,8 @@ from fedcare.studies.run import run_study
 from fedcare.studies.surgical.config import SurgicalExperiment
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_facerec import celeba, small_config  # noqa: E402,F401  (fixtures: synthetic CelebA)
+from test_facerec import celeba, one_thread, small_config  # noqa: E402,F401  (fixtures: synthetic CelebA)
 from test_surgical_study import cache, synth, tiny  # noqa: E402,F401  (fixtures: synthetic videos)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def membership(run: Path) -> list[dict]:

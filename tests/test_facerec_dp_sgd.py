@@ -19,15 +19,7 @@ from fedcare.studies.facerec.config import FacerecExperiment
 from fedcare.studies.run import run_study
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_facerec import celeba, small_config  # noqa: E402,F401  (the module's synthetic CelebA fixture)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from test_facerec import celeba, one_thread, small_config  # noqa: E402,F401  (the module's synthetic CelebA fixture)
 
 
 def face_loss(model, x, y):

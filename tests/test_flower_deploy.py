@@ -8,12 +8,11 @@ test_flower_simulation_engine.py; each deployed run costs minutes of Flower's po
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from deployment import Deployment
+from deployment import Deployment, wait_for
 from pain_sites import SITES, config, records
 
 from fedcare.config import to_toml
@@ -81,14 +80,6 @@ def test_pfdl_across_three_sites_equals_the_simulator(deployment, pain_cohort, p
         assert "fedcare ClientApp launcher" in log and "Start `flwr-clientapp` process" not in log, site
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.5)
-
-
 def _partial_records(out: Path) -> list[dict]:
     path = out.with_name(out.name + ".partial") / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
@@ -113,10 +104,10 @@ def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, pain_cohor
         env=deployment.env(deployment.researcher_home), cwd=deployment.root, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        _wait_for(lambda: any(r["type"] == "round" and r["round"] == 1 for r in _partial_records(out))
+        wait_for(lambda: any(r["type"] == "round" and r["round"] == 1 for r in _partial_records(out))
                   or researcher.poll() is not None, 600, "round 1 never finished")
         deployment.kill("site-80")
-        _wait_for(lambda: any(r["type"] == "missed" for r in _partial_records(out)) or researcher.poll() is not None,
+        wait_for(lambda: any(r["type"] == "missed" for r in _partial_records(out)) or researcher.poll() is not None,
                   300, "the miss was never recorded")
         deployment.start_site("site-80", pain_cohort)  # Flower lets it back in once it has marked it offline
         output, _ = researcher.communicate(timeout=900)

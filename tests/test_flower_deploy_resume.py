@@ -7,11 +7,10 @@ FedBN on a tiny synthetic PAMAP2 (its BatchNorm layers stay at the sites)."""
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
-from deployment import Deployment
+from deployment import Deployment, wait_for
 from flower_inprocess import run_experiment_on_flower
 
 from fedcare.config import to_toml
@@ -28,14 +27,6 @@ def small_config(root: Path) -> FedHealth2Experiment:
         "train": {"rounds": 3, "pretrain_epochs": 1, "hidden": 8}, "runtime": {"threads": 1},
         "deployment": {"sites": SITES, "round_timeout": 120},
     })
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.5)
 
 
 def _rounds_done(partial: Path) -> int:
@@ -76,7 +67,7 @@ def test_a_killed_coordinator_resumes_to_the_uninterrupted_records(tmp_path):
         partial = out.with_name("fh2.partial")
         d.start("researcher", ["flower", "run", str(path), "--federation", "test", "--out", str(out),
                                "--site-keys", str(d.certs / "keys")])
-        _wait_for(lambda: _rounds_done(partial) >= 2 or d.processes["researcher"].poll() is not None, 600,
+        wait_for(lambda: _rounds_done(partial) >= 2 or d.processes["researcher"].poll() is not None, 600,
                   "round 2 never finished")
         _kill_coordinator(d)
         assert not out.exists() and (partial / "checkpoint.pt").is_file()

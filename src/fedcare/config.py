@@ -44,6 +44,11 @@ def site_name_problem(name: str) -> str | None:
             "(a site's name becomes its key files' names)")
 
 
+def listed_twice(items: list[str]) -> list[str]:
+    """The items a config list names more than once, sorted."""
+    return sorted({m for m in items if items.count(m) > 1})
+
+
 class Strict(BaseModel):
     # unknown keys are errors; so are inf and nan (lr = 1e400 trained into nan), except where a
     # field says what infinity means
@@ -348,7 +353,7 @@ class Experiment(Strict):
     @field_validator("methods")
     @classmethod
     def _distinct_methods(cls, methods: list[str]) -> list[str]:
-        twice = sorted({m for m in methods if methods.count(m) > 1})
+        twice = listed_twice(methods)
         if twice:
             raise ValueError(f"{', '.join(twice)} listed more than once (each method runs once per seed)")
         return methods

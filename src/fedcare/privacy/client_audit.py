@@ -89,3 +89,19 @@ def membership_caption(members: str, non_members: str, views: str) -> str:
             "Hanley-McNeil SE of one client's AUC. TPR at FPR 1% is the TPR at no false positive when a client has "
             f"under 100 non-members. Views: {views}; server: not audited in this study (n/a). epsilon: the largest "
             "DP-SGD epsilon spent (inf: no DP-SGD). See docs/privacy.md.")
+
+
+def with_membership(run_dir, caption: str, tables: dict, figures: dict | None = None) -> tuple[dict, dict]:
+    """A study's tables (and, when `figures` is given, its plots) with the membership audit's
+    table and AUC plot added when [privacy.audit] ran; unchanged otherwise. No plot is drawn
+    when no figures are asked for (a printed summary)."""
+    from fedcare.privacy.report import membership_plot, membership_table  # the report stack: not at a site
+    from fedcare.runfiles import read_run_records
+
+    records, _ = read_run_records(run_dir)
+    membership = membership_table(records, caption)
+    if membership is None:
+        return tables, figures or {}
+    tables = {**tables, "membership": membership}
+    return tables, ({**figures, "membership_auc": membership_plot(records)} if figures is not None else {})
+

@@ -240,7 +240,7 @@ def build_report(run_dir: Path, run_info: dict, notes: list[str]) -> Path:
            f"one of the client's test images and an image of another person from {pool}. 'global' is the "
            "trained model as received, 'tuned' the same model after a few local batches. Unseen clients never "
            "trained.</p>")
-    t, plots = with_membership(run_dir, t, plots)
+    t, plots = _membership(run_dir, t, plots)  # [privacy.audit]
     sections = [("summary", "Summary", "Summary", how + "".join(table_block(x) for x in t.values()))]
     page = render_run_page(run_info, run_dir_name=Path(run_dir).name, known_facts=[("study", "Study")], notes=notes,
                            sections=sections, plots=plots)
@@ -250,22 +250,15 @@ def build_report(run_dir: Path, run_info: dict, notes: list[str]) -> Path:
 def summary_markdown(run_dir: Path) -> str:
     """Table A.1, when the run's methods show any the thesis's orderings, and the membership
     audit's table when [privacy.audit] ran, in Markdown."""
-    t = tables(Scores(_evals(run_dir), _unseen(run_dir)))
-    parts = [t[name].markdown() for name in ("tar", "orderings") if name in t]
-    membership = with_membership(run_dir, {}, {})[0].get("membership")  # [privacy.audit]
-    return "\n".join(parts + ([membership.markdown()] if membership is not None else [])).rstrip()
+    t, _ = _membership(run_dir, tables(Scores(_evals(run_dir), _unseen(run_dir))))  # [privacy.audit]
+    return "\n".join(t[name].markdown() for name in ("tar", "orderings", "membership") if name in t).rstrip()
 
 
-def with_membership(run_dir: Path, t: dict, plots: dict) -> tuple[dict, dict]:
-    """The tables and plots with the membership audit's, when [privacy.audit] ran."""
-    from fedcare.privacy.client_audit import membership_caption
-    from fedcare.privacy.report import membership_plot, membership_table
+def _membership(run_dir: Path, t: dict, plots: dict | None = None) -> tuple[dict, dict]:
+    """`fedcare.privacy.client_audit.with_membership` with this study's caption."""
+    from fedcare.privacy.client_audit import membership_caption, with_membership
 
-    records, _ = read_run_records(Path(run_dir))
-    membership = membership_table(records, membership_caption(
+    return with_membership(run_dir, membership_caption(
         "its training crops", "its test crops of the same identities (never trained on)",
         "own = the client's model with its own head; peer = the next training client's model (a global head "
-        "only: a local head's rows are its own client's identities, so n/a)"))
-    if membership is None:
-        return t, plots
-    return {**t, "membership": membership}, {**plots, "membership_auc": membership_plot(records)}
+        "only: a local head's rows are its own client's identities, so n/a)"), t, plots)

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fedcare.config import BatchSize, Experiment, LearningRate, LocalEpochs, ProximalMu, Strict, Train
+from fedcare.config import BatchSize, Experiment, LearningRate, LocalEpochs, ProximalMu, Strict, Train, listed_twice
 
 CLIENT_NAMES = ("HEI1", "HEI2", "CHO1", "CHO2", "CHO3")  # the thesis's five clients (§5.1.1), in its order
 FL_METHODS = ("fedavg", "fedprox", "feddyn", "feddg", "fedrep")
@@ -125,7 +125,7 @@ class SurgicalExperiment(Experiment):
     @field_validator("clients")  # methods listed twice: Experiment's check
     @classmethod
     def _distinct(cls, items: list[str]) -> list[str]:
-        twice = sorted({m for m in items if items.count(m) > 1})
+        twice = listed_twice(items)
         if twice:
             raise ValueError(f"listed twice: {twice}")
         return items

@@ -395,7 +395,7 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any], notes: list[str]) -
               "table_6_1": table_6_1(p_values(run, views)), "orderings": table_orderings(views),
               "convergence": table_convergence(run)}
     figures, captions = plots(run)
-    tables, figures = with_membership(run_dir, tables, figures)  # [privacy.audit]
+    tables, figures = _membership(run_dir, tables, figures)  # [privacy.audit]
     sections = [("how", "How to read", "How to read this", HOW_TO_READ),
                 ("tables", "Tables", "Tables", "".join(table_block(t) for t in tables.values()))]
     extra = [("Clients (train/test frames)", ", ".join(f"{c} {int(run.train_frames[c])}" for c in run.clients))]
@@ -407,20 +407,15 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any], notes: list[str]) -
     return write_report(run_dir, tables, figures, page)
 
 
-def with_membership(run_dir: Path, tables: dict, figures: dict) -> tuple[dict, dict]:
-    """The tables and plots with the membership audit's, when [privacy.audit] ran."""
-    from fedcare.privacy.client_audit import membership_caption
-    from fedcare.privacy.report import membership_plot, membership_table
+def _membership(run_dir: Path, tables: dict, figures: dict | None = None) -> tuple[dict, dict]:
+    """`fedcare.privacy.client_audit.with_membership` with this study's caption."""
+    from fedcare.privacy.client_audit import membership_caption, with_membership
 
-    records, _ = read_run_records(Path(run_dir))
-    membership = membership_table(records, membership_caption(
+    return with_membership(run_dir, membership_caption(
         "its training frames", "its test frames, which come from other videos (so the AUC also measures how "
         "much the model fits its training videos' appearance: leakage of videos more than of frames)",
         "own = the client's model (FL methods: the global model; FedRep: with its private head); peer = the "
-        "next client's model; CENT and LOT are not audited"))
-    if membership is None:
-        return tables, figures
-    return {**tables, "membership": membership}, {**figures, "membership_auc": membership_plot(records)}
+        "next client's model; CENT and LOT are not audited"), tables, figures)
 
 
 def summary_markdown(run_dir: Path) -> str:
@@ -435,7 +430,7 @@ def summary_markdown(run_dir: Path) -> str:
         parts.append(table_orderings(views).markdown())
     if run.rounds:
         parts.append(table_convergence(run).markdown())
-    membership = with_membership(run_dir, {}, {})[0].get("membership")  # [privacy.audit]
+    membership = _membership(run_dir, {})[0].get("membership")  # [privacy.audit]
     if membership is not None:
         parts.append(membership.markdown())
     parts += [f"Note: {n}" for n in (*stalled(run), *unsettled(run, views))]
