@@ -62,3 +62,26 @@ def test_bank_stays_on_the_client_and_messages_hold_the_model_only():
     assert BANK in state
     federation.run_round("p", 1, data)  # the augmentation runs inside a real round
     assert BANK in federation.states[2]
+
+
+def test_mixing_a_batch_equals_the_full_complex_fft_image_by_image():
+    # amplitude_mix works on the real FFT of the chosen images only; each image must come out
+    # as the full complex FFT's mix would make it (odd and even widths, some images unchosen).
+    for height, width in ((7, 12), (9, 11)):
+        x = torch.rand(10, 3, height, width, generator=torch.Generator().manual_seed(height))
+        bank = amplitude_spectrum(torch.rand(5, 3, height, width, generator=torch.Generator().manual_seed(99)))
+        g = torch.Generator().manual_seed(4)
+        mixed = amplitude_mix(x, bank, 0.5, g)
+        g = torch.Generator().manual_seed(4)
+        chosen = torch.rand(10, generator=g) < 0.5
+        lam = torch.rand(10, generator=g)
+        entries = torch.randint(5, (10,), generator=g)
+        assert 0 < int(chosen.sum()) < 10
+        for i in range(10):
+            if not chosen[i]:
+                assert torch.equal(mixed[i], x[i])
+                continue
+            spectrum = torch.fft.fft2(x[i])
+            amplitude = (1 - lam[i]) * spectrum.abs() + lam[i] * bank[entries[i]]
+            expected = torch.fft.ifft2(torch.polar(amplitude, spectrum.angle())).real.clamp(0, 1)
+            assert torch.allclose(mixed[i], expected, atol=1e-5)
