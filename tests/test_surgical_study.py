@@ -35,8 +35,10 @@ from fedcare.studies.surgical.aggregate import (ALTV, EGOV, Run, Score, View, fi
 from fedcare.studies.surgical.config import (SurgicalData, SurgicalExperiment, SurgicalModel, SurgicalSynthetic,
                                              SurgicalTrain)
 from fedcare.studies.surgical.models import WeightsError, build_model, load_weights
-from fedcare.studies.surgical.report import convergence, one_sided_p, orderings, stalled, table_a1, unsettled
-from fedcare.studies.surgical.updates import update_statistics
+from fedcare.studies.surgical.report import (
+    convergence, one_sided_p, orderings, stalled, table_a1, table_convergence, unconverged, unsettled,
+)
+from fedcare.studies.surgical.updates import server_statistics, update_statistics
 
 CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2", "CHO3"]
 ALL = ["lot", "fedavg", "fedprox", "feddyn", "feddg", "fedrep", "fedavg-uniform", "cent"]
@@ -190,11 +192,40 @@ def test_a_loss_has_converged_when_its_last_3_rounds_settle_and_it_has_fallen():
               "cent": (1.0, 0.5, 0.5)}  # too few rounds to tell
     run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10}
                   for m, losses in curves.items() for r, loss in enumerate(losses, 1)]
-    result = {m: (settle, fall, ok) for m, _, _, settle, fall, ok in convergence(run)}
+    result = {c.method: (c.settle, c.fall, c.converged) for c in convergence(run)}
     assert result["fedavg"] == (pytest.approx(0.018), pytest.approx(0.5), True)
     assert result["fedprox"][0] == pytest.approx(0.022) and result["fedprox"][2] is False
     assert result["lot"][0] < 0.02 and result["lot"][1] == pytest.approx(0.004 / 1.004) and result["lot"][2] is False
     assert math.isnan(result["cent"][0]) and result["cent"][2] is False
+
+
+def test_server_step_and_the_clients_weighted_update_on_a_hand_made_aggregate():
+    before = Message({"w": torch.tensor([3.0, 4.0])})  # norm 5
+    replies = {"a": Message({"w": torch.tensor([4.0, 4.0])}, {"num_examples": 3.0}),  # update (1, 0)
+               "b": Message({"w": torch.tensor([3.0, 8.0])}, {"num_examples": 1.0})}  # update (0, 4)
+    after = Message({"w": torch.tensor([3.0, 4.0 + 5.0])})  # the server stepped (0, 5)
+    stats = server_statistics(before, replies, after)
+    assert stats["server_step"] == pytest.approx(5 / 5)
+    # weighted by frames: (3 * (1, 0) + 1 * (0, 4)) / 4 = (0.75, 1), norm 1.25
+    assert stats["mean_update"] == pytest.approx(1.25 / 5)
+
+
+def test_unconverged_methods_are_explained_by_what_the_run_recorded():
+    run = Run(clients=["HEI1"], tools=["a"], train_frames={"HEI1": 1.0}, methods=[], seeds=[])
+    curves = {"fedavg": (1.0, 0.6, 0.55, 0.6, 0.55),  # still swinging, the server still stepping
+              "feddyn": (1.0, 0.9, 1.2, 1.25, 1.3),  # rose above its start
+              "cent": (1.0, 0.6, 0.5, 0.5, 0.5, 0.5)}  # converged: no note
+    steps = {"fedavg": (0.004, 0.00001), "feddyn": (0.01, 0.001)}
+    run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10,
+                   **({"server_step": steps[m][0], "mean_update": steps[m][1]} if m in steps else {})}
+                  for m, losses in curves.items() for r, loss in enumerate(losses, 1)]
+    notes = unconverged(run)
+    assert len(notes) == 2
+    assert notes[0].startswith("FedAvg: its training loss moved by 9.1% over the last 3 rounds")
+    assert "by 0.4% of its norm, 400 times the clients' average update (0.001%)" in notes[0]
+    assert notes[1].startswith("FedDyn: its training loss ended above its first round's (1.000 -> 1.300): it diverged")
+    rows = {row[0]: row for row in table_convergence(run).rows}
+    assert rows["FedAvg"][6:] == ["0.4%", "0.001%"] and rows["CENT"][5:] == ["yes", "-", "-"]
 
 
 def test_an_ordering_within_the_last_rounds_swings_is_called_unsettled():

@@ -250,6 +250,16 @@ def loss_curves(run: Run) -> dict[str, dict[int, float]]:
     return {m: {rnd: nanmean(v) for rnd, v in sorted(d.items())} for m, d in per.items()}
 
 
+def server_curves(run: Run, what: str) -> dict[str, dict[int, float]]:
+    """Per FL method and round, "server_step" or "mean_update" of its round records (mean over
+    seeds; `fedcare.studies.surgical.updates`). Runs recorded before these existed have none."""
+    per: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in run.rounds:
+        if what in r:
+            per[r["method"]][int(r["round"])].append(as_float(r[what]))
+    return {m: {rnd: nanmean(v) for rnd, v in sorted(d.items())} for m, d in per.items()}
+
+
 def tool_values(view: View, clients: Sequence[str], tools: Sequence[str]) -> list[float]:
     """The final per-client x per-tool F1 values of a view (the Mann-Whitney samples)."""
     return [view.local[c].tools[t] for c in clients for t in tools]

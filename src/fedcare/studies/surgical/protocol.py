@@ -16,7 +16,8 @@ would use: the global model (FL methods, CENT), its own body + head (FedRep), or
 model (LOT): one `client_eval` record per client with macro F1, per-tool precision, recall,
 F1 and the tp/fp/fn counts (summed over clients they give the scores on the union of the test
 sets); LOT's records say whose model it was (`model`). Per FL round, a `round` record (mean
-training loss) and one `client_update` record per client (CosSim, GradDiff:
+training loss; the server's step and the clients' mean update as shares of the model's norm)
+and one `client_update` record per client (CosSim, GradDiff:
 `fedcare.studies.surgical.updates`). No round 0 is scored (the thesis's curves start at 1).
 
 Units (`fedcare resume`): one round of one method of one seed; for LOT one round of one
@@ -174,7 +175,8 @@ class SurgicalProtocol(StudyProtocol):
         what = f"seed {seed}: {method}" + (f" ({owner}'s model)" if owner else "")
         for rnd in range(len(done) + 1, rounds + 1):
             info = federation.run_round("train", rnd, train)
-            self.record("round", method=method, seed=seed, phase="train", round=rnd, **point, **info)
+            server = stats.server if stats is not None else {}
+            self.record("round", method=method, seed=seed, phase="train", round=rnd, **point, **info, **server)
             if stats is not None:
                 for client, s in sorted(stats.last.items()):
                     self.record("client_update", method=method, seed=seed, round=rnd, client=client, **s)

@@ -5,7 +5,9 @@
     tables/table_a1.{csv,md}     Table A.1: final macro F1 per client test set (change vs ALTV), Mean, Var
     tables/table_a2.{csv,md}     Table A.2: final F1 per tool, macro mean (change vs ALTV), Var over tools
     tables/table_6_1.{csv,md}    Table 6.1: one-sided Mann-Whitney U p-values
-    tables/convergence.{csv,md}  per method: has its training loss converged (`convergence`)
+    tables/convergence.{csv,md}  per method: has its training loss converged (`convergence`), with the
+                                 last round's server step and clients' update; the notes say why
+                                 a method did not (`unconverged`)
     tables/orderings.{csv,md}    the thesis's orderings checked on Table A.1's means (`orderings`); the
                                  notes say which methods barely trained (`stalled`) and which orderings
                                  are within the last rounds' swings (`unsettled`)
@@ -29,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,8 +42,8 @@ from fedcare.report.plots import figure_png, legend_right, method_lines, method_
 from fedcare.report.tables import Table
 from fedcare.studies.rundir import read_run_records
 from fedcare.studies.surgical.aggregate import (
-    ALTV, EGOV, Run, View, client_update_curves, curves, final_views, index_run, label, loss_curves, tool_values,
-    update_curves,
+    ALTV, EGOV, Run, View, client_update_curves, curves, final_views, index_run, label, loss_curves, server_curves,
+    tool_values, update_curves,
 )
 
 
@@ -201,11 +203,22 @@ SETTLED = 0.02  # over the last 3 rounds the loss moves by less than this share 
 LEARNED = 0.01  # and it has fallen by more than this share of its first round's value
 
 
-def convergence(run: Run) -> list[tuple[str, float, float, float, float, bool]]:
-    """Per method (method, first-round loss, last-round loss, settle, fall, converged) on its
-    mean training loss curve: settle = (max - min) / L_R over rounds R-3..R, fall = (L_1 -
-    L_R) / L_1; converged when settle < SETTLED and fall > LEARNED. Fewer than 4 rounds:
-    settle is NaN and the method has not converged."""
+class Convergence(NamedTuple):
+    method: str
+    first: float  # L_1
+    last: float  # L_R
+    settle: float  # (max - min) / L_R over rounds R-3..R
+    fall: float  # (L_1 - L_R) / L_1
+    converged: bool  # settle < SETTLED and fall > LEARNED
+    server_step: float  # FL methods: how far the server moved the model in round R, share of its norm
+    mean_update: float  # and how far the clients' weighted average would have (NaN for LOT and CENT)
+
+
+def convergence(run: Run) -> list[Convergence]:
+    """Per method, its mean training loss curve against the demo's criterion: converged when
+    settle < SETTLED and fall > LEARNED. Fewer than 4 rounds: settle is NaN and the method has
+    not converged."""
+    steps, updates = server_curves(run, "server_step"), server_curves(run, "mean_update")
     out = []
     for method, curve in loss_curves(run).items():
         rounds = sorted(curve)
@@ -213,8 +226,14 @@ def convergence(run: Run) -> list[tuple[str, float, float, float, float, bool]]:
         tail = [curve[r] for r in rounds[-4:]]
         settle = (max(tail) - min(tail)) / abs(last) if len(rounds) >= 4 and last else math.nan
         fall = (first - last) / abs(first) if first else math.nan
-        out.append((method, first, last, settle, fall, bool(settle < SETTLED and fall > LEARNED)))
+        out.append(Convergence(method, first, last, settle, fall, bool(settle < SETTLED and fall > LEARNED),
+                               steps.get(method, {}).get(rounds[-1], math.nan),
+                               updates.get(method, {}).get(rounds[-1], math.nan)))
     return out
+
+
+def _percent(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.2g}%"
 
 
 def table_convergence(run: Run) -> Table:
@@ -224,12 +243,40 @@ def table_convergence(run: Run) -> Table:
         caption=(f"The mean training loss per round (plots/train_loss.png). Settle: how far it moved over the last 3 "
                  f"rounds, (max - min) / final value; fall: (first - final) / first. Converged: settle < "
                  f"{SETTLED:g} and fall > {LEARNED:g} (a loss that never fell has not started, it has not converged; "
-                 f"docs/studies/surgical.md)."),
-        columns=["Method", "Loss, round 1", "Loss, last round", "Settle (last 3 rounds)", "Fall", "Converged"],
-        rows=[[label(m), f"{a:.3f}", f"{b:.3f}", _f(s, 4), _f(f, 3), "yes" if ok else "no"]
-              for m, a, b, s, f, ok in checks],
-        csv_header=["method", "loss_first", "loss_last", "settle", "fall", "converged"],
+                 f"docs/studies/surgical.md). Server step and clients' update (FL methods, last round): how far the "
+                 f"server's AdamW moved the global model, and how far the clients' average update (weighted by "
+                 f"training frames) would have, as shares of the model's norm."),
+        columns=["Method", "Loss, round 1", "Loss, last round", "Settle (last 3 rounds)", "Fall", "Converged",
+                 "Server step", "Clients' update"],
+        rows=[[label(c.method), f"{c.first:.3f}", f"{c.last:.3f}", _f(c.settle, 4), _f(c.fall, 3),
+               "yes" if c.converged else "no", _percent(c.server_step), _percent(c.mean_update)] for c in checks],
+        csv_header=list(Convergence._fields),
         csv_rows=[list(c) for c in checks])
+
+
+def unconverged(run: Run) -> list[str]:
+    """Notes on the methods that did not meet the criterion, with what the run says about why:
+    a loss that rose, or a server that kept moving the model after the clients had stopped."""
+    out = []
+    for c in convergence(run):
+        if c.converged or math.isnan(c.settle):
+            continue
+        name = label(c.method)
+        if c.fall < 0:
+            out.append(f"{name}: its training loss ended above its first round's ({c.first:.3f} -> {c.last:.3f}): it "
+                       f"diverged" + (", as FedDyn with the thesis's settings does in the thesis (§7.1.1.2)."
+                                      if c.method.startswith("feddyn") else "."))
+        elif c.server_step > 10 * c.mean_update:
+            out.append(f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds. In the last "
+                       f"round the server's AdamW moved the global model by {_percent(c.server_step)} of its norm, "
+                       f"{c.server_step / c.mean_update:.0f} times the clients' average update "
+                       f"({_percent(c.mean_update)}): the loss moves because the server's constant learning rate "
+                       f"keeps stepping after the clients' one-cycle learning rate has annealed, not because the "
+                       f"clients still learn (docs/studies/surgical.md)."
+                       if c.mean_update > 0 else
+                       f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds while the "
+                       f"server's AdamW still moved the global model by {_percent(c.server_step)} of its norm.")
+    return out
 
 
 def stalled(run: Run, tolerance: float = 0.01) -> list[str]:
@@ -403,7 +450,8 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any], notes: list[str]) -
                            known_facts=[("study", "Study"), ("architecture", "Model"), ("rounds", "Rounds"),
                                         ("methods", "Methods"), ("seeds", "Seeds"), ("started", "Started"),
                                         ("finished", "Finished")],
-                           extra_facts=extra, notes=[*notes, *stalled(run), *unsettled(run, views)], sections=sections, plots=figures, captions=captions)
+                           extra_facts=extra, notes=[*notes, *stalled(run), *unsettled(run, views), *unconverged(run)],
+                           sections=sections, plots=figures, captions=captions)
     return write_report(run_dir, tables, figures, page)
 
 
@@ -433,9 +481,9 @@ def summary_markdown(run_dir: Path) -> str:
     membership = _membership(run_dir, {})[0].get("membership")  # [privacy.audit]
     if membership is not None:
         parts.append(membership.markdown())
-    parts += [f"Note: {n}" for n in (*stalled(run), *unsettled(run, views))]
+    parts += [f"Note: {n}" for n in (*stalled(run), *unsettled(run, views), *unconverged(run))]
     return "\n".join(parts).rstrip()
 
 
 __all__ = ["build_report", "convergence", "one_sided_p", "orderings", "p_values", "stalled", "summary_markdown", "table_6_1",
-           "table_a1", "table_a2", "unsettled"]
+           "table_a1", "table_a2", "unconverged", "unsettled"]
