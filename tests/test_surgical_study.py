@@ -215,17 +215,17 @@ def test_unconverged_methods_are_explained_by_what_the_run_recorded():
     curves = {"fedavg": (1.0, 0.6, 0.55, 0.6, 0.55),  # still swinging, the server still stepping
               "feddyn": (1.0, 0.9, 1.2, 1.25, 1.3),  # rose above its start
               "cent": (1.0, 0.6, 0.5, 0.5, 0.5, 0.5)}  # converged: no note
-    steps = {"fedavg": (0.004, 0.00001), "feddyn": (0.01, 0.001)}
+    steps = {"fedavg": (0.004, 0.00001), "feddyn": (0.01, 0.001)}  # per round: the last 3 rounds are summed
     run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10,
-                   **({"server_step": steps[m][0], "mean_update": steps[m][1]} if m in steps else {})}
+                   **({"server_step": steps[m][0] * (r > 1), "mean_update": steps[m][1]} if m in steps else {})}
                   for m, losses in curves.items() for r, loss in enumerate(losses, 1)]
     notes = unconverged(run)
     assert len(notes) == 2
     assert notes[0].startswith("FedAvg: its training loss moved by 9.1% over the last 3 rounds")
-    assert "by 0.4% of its norm, 400 times the clients' average update (0.001%)" in notes[0]
+    assert "updates came to 0.003% of the model's norm" in notes[0] and "by 1.2%, 400 times as far" in notes[0]
     assert notes[1].startswith("FedDyn: its training loss ended above its first round's (1.000 -> 1.300): it diverged")
     rows = {row[0]: row for row in table_convergence(run).rows}
-    assert rows["FedAvg"][6:] == ["0.4%", "0.001%"] and rows["CENT"][5:] == ["yes", "-", "-"]
+    assert rows["FedAvg"][6:] == ["1.2%", "0.003%"] and rows["CENT"][5:] == ["yes", "-", "-"]
 
 
 def test_an_ordering_within_the_last_rounds_swings_is_called_unsettled():

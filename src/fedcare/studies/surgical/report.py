@@ -6,7 +6,7 @@
     tables/table_a2.{csv,md}     Table A.2: final F1 per tool, macro mean (change vs ALTV), Var over tools
     tables/table_6_1.{csv,md}    Table 6.1: one-sided Mann-Whitney U p-values
     tables/convergence.{csv,md}  per method: has its training loss converged (`convergence`), with the
-                                 last round's server step and clients' update; the notes say why
+                                 last 3 rounds' server steps and clients' updates; the notes say why
                                  a method did not (`unconverged`)
     tables/orderings.{csv,md}    the thesis's orderings checked on Table A.1's means (`orderings`); the
                                  notes say which methods barely trained (`stalled`) and which orderings
@@ -210,8 +210,8 @@ class Convergence(NamedTuple):
     settle: float  # (max - min) / L_R over rounds R-3..R
     fall: float  # (L_1 - L_R) / L_1
     converged: bool  # settle < SETTLED and fall > LEARNED
-    server_step: float  # FL methods: how far the server moved the model in round R, share of its norm
-    mean_update: float  # and how far the clients' weighted average would have (NaN for LOT and CENT)
+    server_step: float  # FL methods: how far the server moved the model in rounds R-2..R (sum of the
+    mean_update: float  # rounds' shares of its norm), and the clients' weighted average update (LOT, CENT: NaN)
 
 
 def convergence(run: Run) -> list[Convergence]:
@@ -226,9 +226,9 @@ def convergence(run: Run) -> list[Convergence]:
         tail = [curve[r] for r in rounds[-4:]]
         settle = (max(tail) - min(tail)) / abs(last) if len(rounds) >= 4 and last else math.nan
         fall = (first - last) / abs(first) if first else math.nan
-        out.append(Convergence(method, first, last, settle, fall, bool(settle < SETTLED and fall > LEARNED),
-                               steps.get(method, {}).get(rounds[-1], math.nan),
-                               updates.get(method, {}).get(rounds[-1], math.nan)))
+        window = rounds[-3:]  # the rounds that moved the loss between the settle window's 4 values
+        step, update = (sum(curve_of.get(method, {}).get(r, math.nan) for r in window) for curve_of in (steps, updates))
+        out.append(Convergence(method, first, last, settle, fall, bool(settle < SETTLED and fall > LEARNED), step, update))
     return out
 
 
@@ -243,11 +243,11 @@ def table_convergence(run: Run) -> Table:
         caption=(f"The mean training loss per round (plots/train_loss.png). Settle: how far it moved over the last 3 "
                  f"rounds, (max - min) / final value; fall: (first - final) / first. Converged: settle < "
                  f"{SETTLED:g} and fall > {LEARNED:g} (a loss that never fell has not started, it has not converged; "
-                 f"docs/studies/surgical.md). Server step and clients' update (FL methods, last round): how far the "
-                 f"server's AdamW moved the global model, and how far the clients' average update (weighted by "
-                 f"training frames) would have, as shares of the model's norm."),
+                 f"docs/studies/surgical.md). Server steps and clients' updates (FL methods, over the last 3 rounds): how far "
+                 f"the server's AdamW moved the global model, and how far the clients' average updates (weighted by "
+                 f"training frames) would have, summed over the rounds as shares of the model's norm."),
         columns=["Method", "Loss, round 1", "Loss, last round", "Settle (last 3 rounds)", "Fall", "Converged",
-                 "Server step", "Clients' update"],
+                 "Server steps", "Clients' updates"],
         rows=[[label(c.method), f"{c.first:.3f}", f"{c.last:.3f}", _f(c.settle, 4), _f(c.fall, 3),
                "yes" if c.converged else "no", _percent(c.server_step), _percent(c.mean_update)] for c in checks],
         csv_header=list(Convergence._fields),
@@ -267,14 +267,15 @@ def unconverged(run: Run) -> list[str]:
                        f"diverged" + (", as FedDyn with the thesis's settings does in the thesis (§7.1.1.2)."
                                       if c.method.startswith("feddyn") else "."))
         elif c.server_step > 10 * c.mean_update:
-            out.append(f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds. In the last "
-                       f"round the server's AdamW moved the global model by {_percent(c.server_step)} of its norm, "
-                       f"{c.server_step / c.mean_update:.0f} times the clients' average update "
-                       f"({_percent(c.mean_update)}): the loss moves because the server's constant learning rate "
-                       f"keeps stepping after the clients' one-cycle learning rate has annealed, not because the "
-                       f"clients still learn (docs/studies/surgical.md)."
+            out.append(f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds. In them the "
+                       f"clients' average updates came to {_percent(c.mean_update)} of the model's norm (their "
+                       f"one-cycle learning rate had annealed), while the server's AdamW, at its constant learning "
+                       f"rate, moved the global model by {_percent(c.server_step)}, "
+                       f"{c.server_step / c.mean_update:.0f} times as far: the loss moves with the server's steps "
+                       f"(and the per-epoch loss's own noise), not with learning the demo cut short "
+                       f"(docs/studies/surgical.md)."
                        if c.mean_update > 0 else
-                       f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds while the "
+                       f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds, in which the "
                        f"server's AdamW still moved the global model by {_percent(c.server_step)} of its norm.")
     return out
 
