@@ -69,7 +69,7 @@ def _statistics(before: Message, replies: Mapping[ClientId, Message], after: Mes
             dot[c] += float((u * g).sum())
             local[c] += float((u * u).sum())
             diff[c] += float(((wk - w1) ** 2).sum())
-            mean += u * (n[c] / total)
+            mean += u * (n[c] / total if total else math.nan)
         average += float((mean * mean).sum())
     out = {}
     for c in clients:
