@@ -40,7 +40,7 @@ from fedcare.algorithms import fedavg
 from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, ClientHalf, ServerHalf
 from fedcare.algorithms.messages import Message
 from fedcare.algorithms.qfedavg import LOSS_AT_GLOBAL, QFedAvgClient, QFedAvgServer, qfedavg
-from fedcare.algorithms.server_optimizers import DEFAULTS, OptimizedServer, with_server_optimizer
+from fedcare.algorithms.server_optimizers import DEFAULTS, CosineAnneal, OptimizedServer, with_server_optimizer
 from fedcare.algorithms.training import Randomness, TrainSettings, predict
 from fedcare.runtime.federation import Federation
 from fedcare.tasks import BINARY
@@ -288,16 +288,23 @@ def test_fedyogi_and_fedadagrad_two_steps_by_hand():
 def test_adamw_is_torch_adamw_on_minus_delta(hyper):
     """The surgical thesis's server: torch.optim.AdamW stepping the global tensors with
     .grad = −Δ = current − average, three rounds, moments carried over."""
+    _assert_torch_adamw(with_server_optimizer(fedavg(SETTINGS), "adamw", **hyper), hyper)
+
+
+def _assert_torch_adamw(algorithm, hyper: dict, factor=lambda t: 1.0) -> list[dict]:
+    """Runs the algorithm's server 3 rounds and torch.optim.AdamW(**hyper), its lr scaled by
+    factor(t) at step t, with .grad = −Δ beside it; every tensor must agree each round."""
     model = weights_model()
-    algorithm = with_server_optimizer(fedavg(SETTINGS), "adamw", **hyper)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     rounds = client_results(initial)
     mine = run_ours(algorithm.server, model, rounds)
 
     params = {k: nn.Parameter(v.clone()) for k, v in initial.items()}
     opt = torch.optim.AdamW(list(params.values()), **hyper)
+    base_lr = opt.param_groups[0]["lr"]
     inner = ServerHalf(weighting="examples")
     for r, results in enumerate(rounds):
+        opt.param_groups[0]["lr"] = base_lr * factor(r + 1)
         current = Message({k: p.detach().clone() for k, p in params.items()})
         replies = {n: Message(t, {NUM_EXAMPLES: float(EXAMPLES[n])}) for n, (t, _) in results.items()}
         avg = inner.aggregate(current, replies).tensors
@@ -308,6 +315,24 @@ def test_adamw_is_torch_adamw_on_minus_delta(hyper):
         for k, p in params.items():
             diff = (mine[r][k] - p.detach()).abs().max().item()
             assert diff <= TOL, (r + 1, k, diff)
+    return mine
+
+
+def test_cosine_anneal_holds_then_falls_to_zero():
+    anneal = CosineAnneal(hold=2, steps=6)
+    assert [anneal(t) for t in (1, 2)] == [1.0, 1.0]
+    assert anneal(4) == pytest.approx(0.5) and anneal(3) == pytest.approx((1 + math.cos(math.pi / 4)) / 2)
+    assert anneal(6) == 0.0 and anneal(9) == 0.0
+
+
+def test_adamw_with_a_rate_schedule_is_torch_adamw_with_that_rate_each_step():
+    """`lr_factor` scales AdamW's lr (and so its decoupled decay) at each step, as a torch
+    scheduler setting the param group's lr would; the moments are untouched by it."""
+    anneal = CosineAnneal(hold=1, steps=3)  # factors 1, 0.5, 0
+    hyper = {"lr": 0.05, "weight_decay": 0.1}
+    mine = _assert_torch_adamw(with_server_optimizer(fedavg(SETTINGS), "adamw", lr_factor=anneal, **hyper), hyper,
+                               anneal)
+    assert all(torch.equal(mine[2][k], mine[1][k]) for k in mine[2])  # factor 0: the last step moves nothing
 
 
 def test_with_server_optimizer_wraps_a_copy_and_names_it():

@@ -5,6 +5,7 @@ demo and bad input."""
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
 import math
@@ -384,6 +385,22 @@ def test_an_interrupted_run_resumes_to_byte_identical_records(synth, cache, refe
     # the same methods in a longer list give the same records: every draw comes from the seed
     same = [r for r in records(reference, "client_eval") if r["method"] in ("lot", "feddg", "fedrep")]
     assert records(whole, "client_eval") == same
+
+
+def test_server_anneal_stops_the_servers_steps_and_resumes_byte_identical(synth, cache, tmp_path, monkeypatch):
+    """train.server_anneal (not the thesis): the server's AdamW rate is held, then annealed to 0
+    at the last round, whose step is then 0; the schedule survives a checkpoint."""
+    config = tiny(synth, cache, methods=["fedavg"], rounds=3, server_anneal=True, pct_start=0.34)
+    whole = run_study(config, tmp_path / "whole")
+    steps = {r["round"]: r["server_step"] for r in records(whole, "round")}
+    assert steps[1] > 0 and steps[2] > 0 and steps[3] == 0.0
+    constant = run_study(tiny(synth, cache, methods=["fedavg"], rounds=3), tmp_path / "constant")
+    assert {r["round"]: r["server_step"] for r in records(constant, "round")}[3] > 0
+    assert "the FL server's AdamW rate is held at 0.001 for 1 rounds" in html.unescape((whole / "report.html").read_text())
+    stopped = interrupted_at_round(monkeypatch, 2, lambda: run_study(config, tmp_path / "run"))
+    assert run_module.stop_note(stopped).startswith(f"kept {tmp_path / 'run.partial'} (1 of 3 units finished)")
+    resume_study(tmp_path / "run.partial")
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (whole / "metrics.jsonl").read_bytes()
 
 
 # -- Flower ---------------------------------------------------------------------------------------

@@ -64,6 +64,12 @@ bias_correction="flower", initial_accumulator=0.0 — Flower 1.41's defaults)::
 
   amsgrad, maximize and the foreach/fused variants are not offered.
 
+Learning-rate schedule: `lr_factor(t)` (default none: constant) multiplies each optimizer's
+rate at step t (`eta`, `server_learning_rate` or `lr`; AdamW's decoupled decay uses the scaled
+`lr`, as a torch scheduler's would). `CosineAnneal` is the annealing half of a one-cycle
+schedule. No paper fedcare reproduces schedules its server; the surgical study offers it
+(`train.server_anneal`) to show what the thesis's constant server rate does to convergence.
+
 Numerics: the update runs in the tensor's dtype (float32 for float32 models, like Flower's
 numpy arithmetic and like torch optimizers), moments are stored in that dtype too.
 """
@@ -72,8 +78,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -114,15 +120,33 @@ def _resolve(optimizer: str, hyper: Mapping[str, object]) -> dict[str, object]:
     return h
 
 
+@dataclass(frozen=True)
+class CosineAnneal:
+    """A learning-rate factor: 1 for the first `hold` steps, then cosine from 1 down to 0 at
+    step `steps` (0 after), as torch's OneCycleLR anneals after its warm-up."""
+
+    hold: int
+    steps: int
+
+    def __call__(self, t: int) -> float:
+        if t <= self.hold:
+            return 1.0
+        if t >= self.steps:
+            return 0.0
+        return (1 + math.cos(math.pi * (t - self.hold) / (self.steps - self.hold))) / 2
+
+
 class OptimizedServer(DelegatingServer):
     """`inner`'s average as the target of a server optimizer step (see the module docstring)."""
 
-    def __init__(self, inner: ServerHalf, optimizer: str, *, buffers: str = "average", **hyper: object):
+    def __init__(self, inner: ServerHalf, optimizer: str, *, buffers: str = "average",
+                 lr_factor: Callable[[int], float] | None = None, **hyper: object):
         if buffers not in ("average", "optimize"):
             raise ValueError(f"buffers must be 'average' or 'optimize', got {buffers!r}")
         super().__init__(inner)
         self.optimizer = optimizer
         self.hyper = _resolve(optimizer, hyper)
+        self.lr_factor = lr_factor  # step t -> multiplier of the rate (None: constant)
         self.buffers = buffers
         self.buffer_names: frozenset[str] | None = None  # learnt in initial_message
         self.step = 0  # optimizer steps taken (t)
@@ -170,7 +194,11 @@ class OptimizedServer(DelegatingServer):
         return store[name]
 
     def _update(self, name: str, w: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        h, t = self.hyper, self.step
+        t = self.step
+        h = dict(self.hyper)
+        if self.lr_factor is not None:
+            rate = {"fedavgm": "server_learning_rate", "adamw": "lr"}.get(self.optimizer, "eta")
+            h[rate] = float(h[rate]) * self.lr_factor(t)
         if self.optimizer in ("fedadam", "fedyogi", "fedadagrad"):
             b1, tau, eta = float(h["beta_1"]), float(h["tau"]), float(h["eta"])
             m = self._moment("m", name, w).mul_(b1).add_(delta, alpha=1 - b1)
@@ -209,7 +237,8 @@ class OptimizedServer(DelegatingServer):
         return w.addcdiv(m, denom, value=-lr / bc1)
 
 
-def with_server_optimizer(algorithm: Algorithm, name: str, *, buffers: str = "average", **hyper: object) -> Algorithm:
+def with_server_optimizer(algorithm: Algorithm, name: str, *, buffers: str = "average",
+                          lr_factor: Callable[[int], float] | None = None, **hyper: object) -> Algorithm:
     """A new Algorithm: the same client half, its server half wrapped in `OptimizedServer`.
 
     Meant for algorithms whose server averages (FedAvg, FedProx, FedDG, PFDL, FedBN, ...).
@@ -217,5 +246,5 @@ def with_server_optimizer(algorithm: Algorithm, name: str, *, buffers: str = "av
     `message_for` (FedAP's personalised aggregates) pass through untouched. The inner server
     is a deep copy, so the original algorithm keeps its own, unshared state.
     """
-    server = OptimizedServer(copy.deepcopy(algorithm.server), name, buffers=buffers, **hyper)
+    server = OptimizedServer(copy.deepcopy(algorithm.server), name, buffers=buffers, lr_factor=lr_factor, **hyper)
     return replace(algorithm, name=f"{algorithm.name}+{name}", server=server)

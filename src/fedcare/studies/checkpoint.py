@@ -48,6 +48,7 @@ def state_classes() -> list[type]:
     from fedcare.algorithms.base import ServerHalf
     from fedcare.algorithms.fedbn import FEDBN_SPLIT
     from fedcare.algorithms.messages import Message
+    from fedcare.algorithms.server_optimizers import CosineAnneal  # a server optimizer's rate schedule
     from fedcare.algorithms.split import ParameterSplit
 
     classes, todo = set(), [ServerHalf]
@@ -57,7 +58,7 @@ def state_classes() -> list[type]:
             classes.add(cls)
             todo += cls.__subclasses__()
     return [*sorted(classes, key=lambda c: c.__qualname__), Message, ParameterSplit, *FEDBN_SPLIT.private_types,
-            ClientDP, Ledger, set, frozenset]
+            ClientDP, Ledger, CosineAnneal, set, frozenset]
 
 
 def _first_line(e: BaseException) -> str:

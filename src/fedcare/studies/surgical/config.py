@@ -87,6 +87,10 @@ class SurgicalTrain(Train):
     lr: LearningRate = 1e-3  # local SGD (no momentum, no weight decay), one-cycle maximum
     server_lr: float = Field(1e-3, gt=0)  # the server's AdamW on the pseudo-gradient, every FL method
     server_weight_decay: float = Field(1e-2, ge=0)  # not in the thesis: torch's AdamW default
+    # not in the thesis (its server rate is constant): hold server_lr for the one-cycle warm-up
+    # share of the rounds, then cosine-anneal it to 0 by the last round, as the clients' rate
+    # (docs/studies/surgical.md: what the constant rate does to the FL losses' convergence)
+    server_anneal: bool = False
     mu: ProximalMu = 1e-2  # FedProx's mu and FedDyn's alpha (the thesis's mu for both)
     cent_lr: float = Field(1e-4, gt=0)  # CENT: AdamW one-cycle maximum (AlexNet 1e-4, VGG-13 1e-5)
     lot_lr: float = Field(1e-4, gt=0)  # LOT: AdamW one-cycle maximum

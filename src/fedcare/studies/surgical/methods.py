@@ -39,6 +39,7 @@ from fedcare.algorithms import Algorithm, with_server_optimizer
 from fedcare.algorithms.base import EXTRA, ClientHalf, DelegatingClient, ServerHalf
 from fedcare.algorithms.catalogue import build
 from fedcare.algorithms.messages import ClientState, Message
+from fedcare.algorithms.server_optimizers import CosineAnneal
 from fedcare.algorithms.split import SHARE_ALL
 from fedcare.algorithms.training import AdamW, ClientData, OneCycle, Randomness, SGD, TrainSettings, train_epochs
 from fedcare.data.surgical.clients import TOOLS
@@ -128,6 +129,12 @@ def task(config: SurgicalExperiment, global_weight: torch.Tensor | None) -> Mult
     return MultilabelTask(labels=tuple(TOOLS), pos_weight=weight, threshold=config.train.threshold)
 
 
+def server_hold(config: SurgicalExperiment) -> int:
+    """`train.server_anneal`: the rounds the server's rate is held before it anneals (the
+    clients' one-cycle warm-up share)."""
+    return round(config.train.pct_start * config.train.rounds)
+
+
 def make_algorithm(method: str, config: SurgicalExperiment, global_weight: torch.Tensor | None = None) -> Algorithm:
     t = config.train
     schedule = OneCycle(pct_start=t.pct_start, rounds=t.rounds, cycle_momentum=t.cycle_momentum)
@@ -142,5 +149,7 @@ def make_algorithm(method: str, config: SurgicalExperiment, global_weight: torch
     inner = build(name, settings, weighting=weighting, mu=t.mu, alpha=t.mu,  # the thesis's mu is FedDyn's alpha too
                   bank_per_client=t.feddg_bank, p=t.feddg_p,
                   head_paths=(HEAD,), head_epochs=t.head_epochs, body_epochs=t.body_epochs)
-    algorithm = with_server_optimizer(inner, "adamw", lr=t.server_lr, weight_decay=t.server_weight_decay)
+    anneal = CosineAnneal(hold=server_hold(config), steps=t.rounds) if t.server_anneal else None
+    algorithm = with_server_optimizer(inner, "adamw", lr_factor=anneal, lr=t.server_lr,
+                                      weight_decay=t.server_weight_decay)
     return replace(algorithm, name=method, client=SeededClient(algorithm.client))

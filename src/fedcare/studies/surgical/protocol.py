@@ -36,7 +36,7 @@ from fedcare.runtime.federation import POOLED, Federation
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.surgical.config import FL_METHODS, SurgicalExperiment
-from fedcare.studies.surgical.methods import base_method
+from fedcare.studies.surgical.methods import base_method, server_hold
 from fedcare.studies.surgical.updates import UpdateStatistics
 
 METRICS = "multilabel"
@@ -114,6 +114,10 @@ class SurgicalProtocol(StudyProtocol):
         if "cent" in c.methods and t.cent_lr != THESIS_CENT_LR[m.architecture]:
             notes.append(f"Deviation: CENT's maximum learning rate {t.cent_lr:g} (the thesis: "
                          f"{THESIS_CENT_LR[m.architecture]:g} for {m.architecture}).")
+        if t.server_anneal:
+            notes.append(f"Deviation: the FL server's AdamW rate is held at {t.server_lr:g} for {server_hold(c)} rounds, "
+                         f"then cosine-annealed to 0 by round {t.rounds} (train.server_anneal; the thesis keeps it "
+                         f"constant).")
         if t.pos_weight != "client":
             notes.append(f"BCE positive weights: {t.pos_weight} (default: each client's own training labels).")
         return notes

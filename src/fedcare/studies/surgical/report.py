@@ -271,9 +271,10 @@ def unconverged(run: Run) -> list[str]:
                        f"clients' average updates came to {_percent(c.mean_update)} of the model's norm (their "
                        f"one-cycle learning rate had annealed), while the server's AdamW, at its constant learning "
                        f"rate, moved the global model by {_percent(c.server_step)}, "
-                       f"{c.server_step / c.mean_update:.0f} times as far: the loss moves with the server's steps "
-                       f"(and the per-epoch loss's own noise), not with learning the demo cut short "
-                       f"(docs/studies/surgical.md)."
+                       f"{c.server_step / c.mean_update:.0f} times as far. The clients had stopped learning: what "
+                       f"moves the loss is the server's steps and the per-epoch loss's own noise ("
+                       f"{'dropout, amplitude spectra redrawn every epoch' if c.method.startswith('feddg') else 'dropout'}"
+                       f"), not training the demo cut short (docs/studies/surgical.md)."
                        if c.mean_update > 0 else
                        f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds, in which the "
                        f"server's AdamW still moved the global model by {_percent(c.server_step)} of its norm.")
