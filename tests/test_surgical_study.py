@@ -5,6 +5,7 @@ demo and bad input."""
 
 from __future__ import annotations
 
+import csv
 import html
 import itertools
 import json
@@ -215,13 +216,19 @@ def test_unconverged_methods_are_explained_by_what_the_run_recorded():
     run = Run(clients=["HEI1"], tools=["a"], train_frames={"HEI1": 1.0}, methods=[], seeds=[])
     curves = {"fedavg": (1.0, 0.6, 0.55, 0.6, 0.55),  # still swinging, the server still stepping
               "feddyn": (1.0, 0.9, 1.2, 1.25, 1.3),  # rose above its start
-              "cent": (1.0, 0.6, 0.5, 0.5, 0.5, 0.5)}  # converged: no note
-    steps = {"fedavg": (0.004, 0.00001), "feddyn": (0.01, 0.001)}  # per round: the last 3 rounds are summed
+              "cent": (1.0, 0.6, 0.5, 0.5, 0.5, 0.5),  # converged: no note
+              "feddg": (1.0, 0.6, 0.55, 0.6, 0.55)}  # swinging with the server's rate annealed: noise
+    steps = {"fedavg": (0.004, 0.00001), "feddyn": (0.01, 0.001), "feddg": (0.00001, 0.000001)}  # last 3 summed
+    rates = {"feddg": lambda r: 0.001 * (5 - r) / 4}  # annealed to 0 at round 5; the others constant
     run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10,
-                   **({"server_step": steps[m][0] * (r > 1), "mean_update": steps[m][1]} if m in steps else {})}
+                   **({"server_step": steps[m][0] * (r > 1), "mean_update": steps[m][1],
+                       "server_lr": rates.get(m, lambda r: 0.001)(r)} if m in steps else {})}
                   for m, losses in curves.items() for r, loss in enumerate(losses, 1)]
     notes = unconverged(run)
-    assert len(notes) == 2
+    assert len(notes) == 3
+    assert notes[2].startswith("FedDG: its training loss moved by 9.1% over the last 3 rounds, in which the server's "
+                               "steps (its learning rate annealed) came to 0.003% of the model's norm")
+    assert "per-epoch loss's own noise (dropout, amplitude spectra redrawn every epoch)" in notes[2]
     assert notes[0].startswith("FedAvg: its training loss moved by 9.1% over the last 3 rounds")
     assert "updates came to 0.003% of the model's norm" in notes[0] and "by 1.2%, 400 times as far" in notes[0]
     assert notes[1].startswith("FedDyn: its training loss ended above its first round's (1.000 -> 1.300): it diverged")
@@ -392,8 +399,8 @@ def test_server_anneal_stops_the_servers_steps_and_resumes_byte_identical(synth,
     at the last round, whose step is then 0; the schedule survives a checkpoint."""
     config = tiny(synth, cache, methods=["fedavg"], rounds=3, server_anneal=True, pct_start=0.34)
     whole = run_study(config, tmp_path / "whole")
-    steps = {r["round"]: r["server_step"] for r in records(whole, "round")}
-    assert steps[1] > 0 and steps[2] > 0 and steps[3] == 0.0
+    steps = {r["round"]: (r["server_step"], r["server_lr"]) for r in records(whole, "round")}
+    assert steps[1][0] > 0 and steps[2][0] > 0 and steps[3] == (0.0, 0.0) and steps[1][1] == 0.001
     constant = run_study(tiny(synth, cache, methods=["fedavg"], rounds=3), tmp_path / "constant")
     assert {r["round"]: r["server_step"] for r in records(constant, "round")}[3] > 0
     assert "the FL server's AdamW rate is held at 0.001 for 1 rounds" in html.unescape((whole / "report.html").read_text())
@@ -467,7 +474,8 @@ def test_demo_surgical_is_listed_runs_and_prints_table_a1(tmp_path, monkeypatch)
     assert "Table 6.1" in result.output
     assert "The thesis's orderings on this run" in result.output and "| FedAvg > ALTV |" in result.output
     assert "Has each method's training loss converged?" in result.output  # 1 round: none has
-    assert (tmp_path / "demo" / "tables" / "convergence.csv").read_text().count(",False") == 3
+    converged = [row["converged"] for row in csv.DictReader((tmp_path / "demo" / "tables" / "convergence.csv").open())]
+    assert converged == ["False"] * 3
     assert json.loads((tmp_path / "demo" / "run.json").read_text())["synthetic"] is True
     assert (tmp_path / "demo" / "synthetic-data" / "cholec80").is_dir()
     assert any((tmp_path / "demo" / "frame-cache").rglob("*")) and not (tmp_path / "home" / ".cache" / "fedcare").exists()

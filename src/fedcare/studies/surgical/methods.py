@@ -129,10 +129,11 @@ def task(config: SurgicalExperiment, global_weight: torch.Tensor | None) -> Mult
     return MultilabelTask(labels=tuple(TOOLS), pos_weight=weight, threshold=config.train.threshold)
 
 
-def server_hold(config: SurgicalExperiment) -> int:
-    """`train.server_anneal`: the rounds the server's rate is held before it anneals (the
-    clients' one-cycle warm-up share)."""
-    return round(config.train.pct_start * config.train.rounds)
+def server_schedule(config: SurgicalExperiment) -> CosineAnneal | None:
+    """`train.server_anneal`: the FL server's rate factor per round, held for the clients'
+    one-cycle warm-up share of the rounds, then annealed to 0 (None: constant, the thesis)."""
+    t = config.train
+    return CosineAnneal(hold=round(t.pct_start * t.rounds), steps=t.rounds) if t.server_anneal else None
 
 
 def make_algorithm(method: str, config: SurgicalExperiment, global_weight: torch.Tensor | None = None) -> Algorithm:
@@ -149,7 +150,6 @@ def make_algorithm(method: str, config: SurgicalExperiment, global_weight: torch
     inner = build(name, settings, weighting=weighting, mu=t.mu, alpha=t.mu,  # the thesis's mu is FedDyn's alpha too
                   bank_per_client=t.feddg_bank, p=t.feddg_p,
                   head_paths=(HEAD,), head_epochs=t.head_epochs, body_epochs=t.body_epochs)
-    anneal = CosineAnneal(hold=server_hold(config), steps=t.rounds) if t.server_anneal else None
-    algorithm = with_server_optimizer(inner, "adamw", lr_factor=anneal, lr=t.server_lr,
+    algorithm = with_server_optimizer(inner, "adamw", lr_factor=server_schedule(config), lr=t.server_lr,
                                       weight_decay=t.server_weight_decay)
     return replace(algorithm, name=method, client=SeededClient(algorithm.client))

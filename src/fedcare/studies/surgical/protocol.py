@@ -16,7 +16,8 @@ would use: the global model (FL methods, CENT), its own body + head (FedRep), or
 model (LOT): one `client_eval` record per client with macro F1, per-tool precision, recall,
 F1 and the tp/fp/fn counts (summed over clients they give the scores on the union of the test
 sets); LOT's records say whose model it was (`model`). Per FL round, a `round` record (mean
-training loss; the server's step and the clients' mean update as shares of the model's norm)
+training loss; the server's step and the clients' mean update as shares of the model's norm,
+and the server's learning rate)
 and one `client_update` record per client (CosSim, GradDiff:
 `fedcare.studies.surgical.updates`). No round 0 is scored (the thesis's curves start at 1).
 
@@ -36,7 +37,7 @@ from fedcare.runtime.federation import POOLED, Federation
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.surgical.config import FL_METHODS, SurgicalExperiment
-from fedcare.studies.surgical.methods import base_method, server_hold
+from fedcare.studies.surgical.methods import base_method, server_schedule
 from fedcare.studies.surgical.updates import UpdateStatistics
 
 METRICS = "multilabel"
@@ -114,8 +115,9 @@ class SurgicalProtocol(StudyProtocol):
         if "cent" in c.methods and t.cent_lr != THESIS_CENT_LR[m.architecture]:
             notes.append(f"Deviation: CENT's maximum learning rate {t.cent_lr:g} (the thesis: "
                          f"{THESIS_CENT_LR[m.architecture]:g} for {m.architecture}).")
-        if t.server_anneal:
-            notes.append(f"Deviation: the FL server's AdamW rate is held at {t.server_lr:g} for {server_hold(c)} rounds, "
+        schedule = server_schedule(c)
+        if schedule is not None:
+            notes.append(f"Deviation: the FL server's AdamW rate is held at {t.server_lr:g} for {schedule.hold} rounds, "
                          f"then cosine-annealed to 0 by round {t.rounds} (train.server_anneal; the thesis keeps it "
                          f"constant).")
         if t.pos_weight != "client":
@@ -179,7 +181,7 @@ class SurgicalProtocol(StudyProtocol):
         what = f"seed {seed}: {method}" + (f" ({owner}'s model)" if owner else "")
         for rnd in range(len(done) + 1, rounds + 1):
             info = federation.run_round("train", rnd, train)
-            server = stats.server if stats is not None else {}
+            server = {} if stats is None else {**stats.server, "server_lr": self.server_rate(rnd)}
             self.record("round", method=method, seed=seed, phase="train", round=rnd, **point, **info, **server)
             if stats is not None:
                 for client, s in sorted(stats.last.items()):
@@ -190,6 +192,11 @@ class SurgicalProtocol(StudyProtocol):
                 self.audit.run(federation, clients, method, seed, self.membership_sets, membership_losses)
             self.finish_unit(f"{what} round {rnd}", *key, rnd,
                              federation=federation.state_dict if rnd < rounds else None)
+
+    def server_rate(self, rnd: int) -> float:
+        """The FL server's AdamW learning rate at round `rnd` (its step `rnd`)."""
+        schedule = server_schedule(self.config)
+        return self.config.train.server_lr * (1.0 if schedule is None else schedule(rnd))
 
     def membership_sets(self, client: str):
         """[privacy.audit]'s members (the client's training frames) and non-members (its test

@@ -212,6 +212,7 @@ class Convergence(NamedTuple):
     converged: bool  # settle < SETTLED and fall > LEARNED
     server_step: float  # FL methods: how far the server moved the model in rounds R-2..R (sum of the
     mean_update: float  # rounds' shares of its norm), and the clients' weighted average update (LOT, CENT: NaN)
+    annealed: bool  # the server's learning rate in round R is below its largest (train.server_anneal)
 
 
 def convergence(run: Run) -> list[Convergence]:
@@ -219,6 +220,7 @@ def convergence(run: Run) -> list[Convergence]:
     settle < SETTLED and fall > LEARNED. Fewer than 4 rounds: settle is NaN and the method has
     not converged."""
     steps, updates = server_curves(run, "server_step"), server_curves(run, "mean_update")
+    rates = server_curves(run, "server_lr")
     out = []
     for method, curve in loss_curves(run).items():
         rounds = sorted(curve)
@@ -228,7 +230,10 @@ def convergence(run: Run) -> list[Convergence]:
         fall = (first - last) / abs(first) if first else math.nan
         window = rounds[-3:]  # the rounds that moved the loss between the settle window's 4 values
         step, update = (sum(curve_of.get(method, {}).get(r, math.nan) for r in window) for curve_of in (steps, updates))
-        out.append(Convergence(method, first, last, settle, fall, bool(settle < SETTLED and fall > LEARNED), step, update))
+        rate = rates.get(method, {})
+        annealed = bool(rate) and rate.get(rounds[-1], math.nan) < max(rate.values())
+        out.append(Convergence(method, first, last, settle, fall, bool(settle < SETTLED and fall > LEARNED), step, update,
+                               annealed))
     return out
 
 
@@ -254,9 +259,15 @@ def table_convergence(run: Run) -> Table:
         csv_rows=[list(c) for c in checks])
 
 
+def _noise(method: str) -> str:
+    """What makes a method's per-epoch training loss noisy with its model at rest."""
+    return "dropout, amplitude spectra redrawn every epoch" if method.startswith("feddg") else "dropout"
+
+
 def unconverged(run: Run) -> list[str]:
     """Notes on the methods that did not meet the criterion, with what the run says about why:
-    a loss that rose, or a server that kept moving the model after the clients had stopped."""
+    a loss that rose, a server that kept moving the model after the clients had stopped, or
+    (the server's rate annealed) a model at rest whose per-epoch loss is noisy by itself."""
     out = []
     for c in convergence(run):
         if c.converged or math.isnan(c.settle):
@@ -266,15 +277,19 @@ def unconverged(run: Run) -> list[str]:
             out.append(f"{name}: its training loss ended above its first round's ({c.first:.3f} -> {c.last:.3f}): it "
                        f"diverged" + (", as FedDyn with the thesis's settings does in the thesis (§7.1.1.2)."
                                       if c.method.startswith("feddyn") else "."))
+        elif c.annealed:
+            out.append(f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds, in which the "
+                       f"server's steps (its learning rate annealed) came to {_percent(c.server_step)} of the model's "
+                       f"norm and the clients' updates to {_percent(c.mean_update)}: the model had come to rest, what "
+                       f"moves the loss is the per-epoch loss's own noise ({_noise(c.method)}).")
         elif c.server_step > 10 * c.mean_update:
             out.append(f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds. In them the "
                        f"clients' average updates came to {_percent(c.mean_update)} of the model's norm (their "
                        f"one-cycle learning rate had annealed), while the server's AdamW, at its constant learning "
                        f"rate, moved the global model by {_percent(c.server_step)}, "
                        f"{c.server_step / c.mean_update:.0f} times as far. The clients had stopped learning: what "
-                       f"moves the loss is the server's steps and the per-epoch loss's own noise ("
-                       f"{'dropout, amplitude spectra redrawn every epoch' if c.method.startswith('feddg') else 'dropout'}"
-                       f"), not training the demo cut short (docs/studies/surgical.md)."
+                       f"moves the loss is the server's steps and the per-epoch loss's own noise "
+                       f"({_noise(c.method)}), not training the demo cut short (docs/studies/surgical.md)."
                        if c.mean_update > 0 else
                        f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds, in which the "
                        f"server's AdamW still moved the global model by {_percent(c.server_step)} of its norm.")
