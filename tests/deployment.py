@@ -16,6 +16,15 @@ from pathlib import Path
 from fedcare.runtime.flower.processes import free_port, listening, stop_groups
 
 FEDERATION = "test"
+
+
+def port() -> int:
+    """A free port in this pytest worker's own range (xdist's gw0, gw1, ... get disjoint ranges
+    below the ephemeral ports): two workers' deployments never draw the same port, and no
+    outgoing connection takes one before its server binds it."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    low = 20000 + 1500 * (worker % 8)
+    return free_port(low, low + 1499)
 # Puts sitecustomize.py on the SuperNodes' path: a 10 s heartbeat instead of Flower's 30 s, so
 # a killed site is marked offline after ~20 s instead of ~60 s (see that file).
 SHORT_HEARTBEAT = Path(__file__).parent / "supernode_heartbeat"
@@ -25,7 +34,7 @@ class Deployment:
     def __init__(self, root: Path, sites: list[str]):
         self.root = root
         self.certs = root / "certs"
-        self.port = free_port()
+        self.port = port()
         self.processes: dict[str, subprocess.Popen] = {}
         self.researcher_home = root / "home" / "researcher"
         self.researcher_home.mkdir(parents=True)
@@ -90,7 +99,7 @@ class Deployment:
             "flower", "supernode", "--site", site, "--data-dir", str(data_dir),
             "--state-dir", str(self.root / "state" / (name or site)), "--superlink", f"127.0.0.1:{self.port}",
             "--root-certificates", str(root_certificates or self.certs / "ca.crt"),
-            "--auth-key", str(auth_key or self.certs / "keys" / site), "--port", str(free_port()), *extra],
+            "--auth-key", str(auth_key or self.certs / "keys" / site), "--port", str(port()), *extra],
             env={"PYTHONPATH": pythonpath})
 
     def kill(self, name: str) -> None:

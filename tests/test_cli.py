@@ -191,6 +191,34 @@ def test_supernode_refuses_what_would_expose_or_break_the_site(tmp_path):
     state.chmod(0o700)
 
 
+def test_supernode_refuses_a_port_already_in_use(tmp_path):
+    """flower-supernode logs "address already in use" and hangs; the site is told at once."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["flower", "supernode", "--site", "a", "--data-dir", str(tmp_path),
+                                          "--state-dir", str(tmp_path / "state"), "--insecure", "--port", str(port)])
+    assert result.exit_code == 2 and f"--port {port}: already in use on this machine" in result.output, result.output
+
+
+def test_free_ports_are_drawn_below_the_ephemeral_range_and_bindable():
+    import socket
+
+    from fedcare.runtime.flower.processes import free_port, port_is_free
+
+    ports = {free_port() for _ in range(20)}
+    assert all(20000 <= p <= 32767 and port_is_free(p) for p in ports) and len(ports) > 1
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        assert not port_is_free(port)
+        with pytest.raises(RuntimeError, match="no free TCP port"):
+            free_port(port, port)
+
+
 def test_flower_run_binds_sites_to_their_keys_or_says_it_does_not(tmp_path):
     """A deployed run needs the sites' public keys (or an explicit --unverified-sites); the
     supernode's key goes into its node config, where the ClientApp signs the greeting with it."""

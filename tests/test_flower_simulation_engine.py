@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from deployment import free_port
+from deployment import port as free_port
 from pain_sites import config, records
 
 from fedcare.config import to_toml

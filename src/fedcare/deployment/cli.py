@@ -213,6 +213,11 @@ def supernode(
               f"it is this site's identity: chmod 600 {auth_key}")
     if preflight_min_count < 1:
         _fail(f"--preflight-min-count {preflight_min_count}: at least 1 (1: no suppression)")
+    if not dry_run:
+        from fedcare.runtime.flower.processes import port_is_free
+
+        if not port_is_free(port):  # Flower would log the clash and hang instead of exiting
+            _fail(f"--port {port}: already in use on this machine (another SuperNode?); give each SuperNode its own --port")
     settings = [("site", site), ("data-dir", data_dir.resolve()), ("state-dir", state_dir.resolve()),
                 ("preflight-min-count", preflight_min_count)]
     if device is not None:

@@ -6,6 +6,7 @@ with it."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,11 +34,29 @@ def stop_groups(processes: Iterable[subprocess.Popen], grace: float = 15.0) -> N
             pass
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
+def free_port(low: int = 20000, high: int = 32767) -> int:
+    """A TCP port in [low, high] that can be bound on 127.0.0.1 now.
+
+    The default range lies below Linux's ephemeral ports (32768-60999): a port from bind(0)
+    comes from that range, which every outgoing connection also draws from, so on a busy
+    machine a connection could take it in the seconds before the process meant to serve on it
+    binds it (a SuperNode then fails with "address already in use")."""
+    draw = random.SystemRandom()
+    for _ in range(500):
+        port = draw.randint(low, high)
+        if port_is_free(port):
+            return port
+    raise RuntimeError(f"no free TCP port between {low} and {high} on 127.0.0.1")
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a server could bind 127.0.0.1:port now."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def listening(port: int) -> bool:
