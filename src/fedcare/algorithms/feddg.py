@@ -50,13 +50,12 @@ def amplitude_mix(x: torch.Tensor, bank: torch.Tensor, p: float, generator: torc
     if len(picked) == 0:
         return x
     lam = lam[picked].view(-1, *([1] * (x.ndim - 1))).to(x.device)
-    images = x[picked.to(x.device)]
-    spectrum = torch.fft.rfft2(images)
+    rows = picked.to(x.device)
+    spectrum = torch.fft.rfft2(x[rows])
     half = bank[entries[picked]][..., : spectrum.shape[-1]].to(x.device)
     amplitude = (1 - lam) * spectrum.abs() + lam * half
-    mixed = torch.fft.irfft2(torch.polar(amplitude, spectrum.angle()), s=x.shape[-2:]).clamp(0, 1)
     out = x.clone()
-    out[picked.to(x.device)] = mixed
+    out[rows] = torch.fft.irfft2(torch.polar(amplitude, spectrum.angle()), s=x.shape[-2:]).clamp(0, 1)
     return out
 
 

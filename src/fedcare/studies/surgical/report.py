@@ -282,16 +282,16 @@ def unconverged(run: Run) -> list[str]:
                        f"server's steps (its learning rate annealed) came to {_percent(c.server_step)} of the model's "
                        f"norm and the clients' updates to {_percent(c.mean_update)}: the model had come to rest, what "
                        f"moves the loss is the per-epoch loss's own noise ({_noise(c.method)}).")
-        elif c.server_step > 10 * c.mean_update:
+        elif c.server_step > 10 * c.mean_update and c.mean_update > 0:
             out.append(f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds. In them the "
                        f"clients' average updates came to {_percent(c.mean_update)} of the model's norm (their "
                        f"one-cycle learning rate had annealed), while the server's AdamW, at its constant learning "
                        f"rate, moved the global model by {_percent(c.server_step)}, "
                        f"{c.server_step / c.mean_update:.0f} times as far. The clients had stopped learning: what "
                        f"moves the loss is the server's steps and the per-epoch loss's own noise "
-                       f"({_noise(c.method)}), not training the demo cut short (docs/studies/surgical.md)."
-                       if c.mean_update > 0 else
-                       f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds, in which the "
+                       f"({_noise(c.method)}), not training the demo cut short (docs/studies/surgical.md).")
+        elif c.mean_update == 0 and c.server_step > 0:
+            out.append(f"{name}: its training loss moved by {100 * c.settle:.1f}% over the last 3 rounds, in which the "
                        f"server's AdamW still moved the global model by {_percent(c.server_step)} of its norm.")
     return out
 
