@@ -22,14 +22,11 @@ from fedcare.data.celeba.reader import (
     CelebaFormatError,
     CelebaImageError,
     CelebaLayoutError,
-    DetectorParams,
-    FaceCropper,
-    crop_face,
-    default_cache_dir,
     find_celeba,
     load_celeba,
-    summarize,
 )
+from fedcare.data.celeba.faces import DetectorParams, FaceCropper, crop_face, default_cache_dir
+from fedcare.data.celeba.summary import summarize
 from fedcare.data.celeba.federation import federated_celeba
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
 from fedcare.data.celeba.synthetic import HEIGHT, WIDTH, draw_face, generate_celeba

@@ -22,8 +22,8 @@ from fedcare.data.unbc.reader import (
     read_grey,
     read_landmarks,
     read_pspi,
-    summarize,
 )
+from fedcare.data.unbc.summary import summarize
 from unbc_fixtures import FRAMES, SEQUENCE_LABELS, IMAGE_SHAPE, quirk_paths, write_unbc_fixture
 
 ALL_QUIRKS = dict(

@@ -63,7 +63,9 @@ def summary_celeba(
     when PATH is not a CelebA copy."""
     import numpy as np
 
-    from fedcare.data.celeba.reader import CelebaLayoutError, FaceCropper, load_celeba, summarize
+    from fedcare.data.celeba.faces import FaceCropper
+    from fedcare.data.celeba.reader import CelebaLayoutError, load_celeba
+    from fedcare.data.celeba.summary import summarize
     from fedcare.data.common import DataError
 
     try:

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedcare.data.celeba.reader import CelebaDataset, DetectorParams, FaceCropper, FaceSet, load_celeba
+from fedcare.data.celeba.faces import DetectorParams, FaceCropper, FaceSet
+from fedcare.data.celeba.reader import CelebaDataset, load_celeba
 from fedcare.data.celeba.identity_partition import (
     N_CLIENTS,
     N_IDENTITIES,

@@ -33,7 +33,8 @@ def summary_unbc(
     Prints subjects, sessions, frames, pain frames (PSPI >= 1), the PSPI histogram, and every
     problem found (missing or bad labels, unreadable or black frames, stray files, ...).
     Exit code 2 when PATH is not a UNBC-McMaster copy; with --strict, 1 when a run would refuse it."""
-    from fedcare.data.unbc.reader import STRICT_PROBLEMS, UnbcImageError, UnbcLayoutError, load_unbc, summarize
+    from fedcare.data.unbc.reader import STRICT_PROBLEMS, UnbcImageError, UnbcLayoutError, load_unbc
+    from fedcare.data.unbc.summary import summarize
 
     try:
         if check_images:

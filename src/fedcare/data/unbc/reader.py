@@ -82,19 +82,26 @@ and reads only the small PSPI, FACS and sequence-label text files.
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
+from fedcare.data.unbc.files import (
+    UnbcImageError,
+    imread_grey,
+    pspi_from_facs,
+    read_facs,
+    read_grey,
+    read_landmarks,
+    read_pspi,
+    read_sequence_label,
+)
 from fedcare.data.video import quiet_opencv
 
 __all__ = [
@@ -112,14 +119,11 @@ __all__ = [
     "read_landmarks",
     "read_pspi",
     "read_sequence_label",
-    "summarize",
 ]
 
 MEASURES = ("AFF", "OPR", "SEN", "VAS")
 PAIN_THRESHOLD = 1.0  # summarize: a pain frame has PSPI >= 1
 BLACK_MEAN = 1.0  # check_images: a frame whose mean grey level is below this is black
-PSPI_MAX = 16.0
-N_LANDMARKS = 66
 
 # Problems that make a frame unusable (a run refuses the copy): a label without its image, an
 # image without its label; `fedcare data summary unbc --strict` fails on them and on unreadable images.
@@ -151,10 +155,6 @@ _LAYOUT_HINT = "expected the UNBC-McMaster layout: Images/, Frame_Labels/PSPI/ .
 
 class UnbcLayoutError(DataError):
     """The path is not a UNBC-McMaster copy (missing, not a folder, or required parts absent)."""
-
-
-class UnbcImageError(DataError):
-    """A frame image is missing or cannot be decoded; the message names the path."""
 
 
 class UnbcUnusableError(DataError):
@@ -219,106 +219,6 @@ def subject_dir_name(images_dir: Path, subject: int) -> str:
 
 
 # --------------------------------------------------------------------------- file readers
-
-
-def _read_text(path: Path | str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read file ({e.strerror or e})") from None
-
-
-def _number(token: str, path: Path | str, what: str) -> float:
-    try:
-        value = float(token)
-    except ValueError:
-        raise ValueError(f"{path}: {what} {token[:40]!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{path}: {what} {token!r} is not finite")
-    return value
-
-
-def read_pspi(path: Path | str) -> float:
-    """The PSPI value of a ``Frame_Labels/PSPI/.../<frame>_facs.txt`` file (MATLAB ``e+00`` text,
-    leading spaces allowed; the first whitespace-separated token is read). Raises ValueError
-    naming the path if the file is empty, not a number, not finite or outside 0..16."""
-    tokens = _read_text(path).split()
-    if not tokens:
-        raise ValueError(f"{path}: empty PSPI file (expected one number like '   2.0000000e+00')")
-    value = _number(tokens[0], path, "PSPI value")
-    if not 0.0 <= value <= PSPI_MAX:
-        raise ValueError(f"{path}: PSPI value {value:g} outside 0..{PSPI_MAX:g}")
-    return value
-
-
-def read_facs(path: Path | str) -> dict[int, float]:
-    """AU -> intensity from a ``Frame_Labels/FACS/.../<frame>_facs.txt`` file: one line per AU,
-    the first two fields (AU number, intensity) read, further fields ignored. An empty file gives
-    {}. Stored values are returned as they are (AU43 may be 0; see ``pspi_from_facs``). A
-    repeated AU keeps its highest intensity. Raises ValueError naming the path on a bad line."""
-    facs: dict[int, float] = {}
-    for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
-        fields = line.split()
-        if not fields:
-            continue
-        if len(fields) < 2:
-            raise ValueError(f"{path}: line {lineno}: expected 'AU intensity', got {line.strip()[:60]!r}")
-        au_value = _number(fields[0], path, f"line {lineno}: AU")
-        if au_value != int(au_value) or au_value < 0:
-            raise ValueError(f"{path}: line {lineno}: AU {fields[0]!r} is not a non-negative whole number")
-        intensity = _number(fields[1], path, f"line {lineno}: intensity")
-        au = int(au_value)
-        facs[au] = max(intensity, facs.get(au, intensity))
-    return facs
-
-
-def pspi_from_facs(facs: dict[int, float]) -> float:
-    """PSPI = AU4 + max(AU6, AU7) + max(AU9, AU10) + AU43, with AU43 counted as 1 when present
-    (it has no intensity grade and may be stored as 0)."""
-    g = facs.get
-    return g(4, 0.0) + max(g(6, 0.0), g(7, 0.0)) + max(g(9, 0.0), g(10, 0.0)) + (1.0 if 43 in facs else 0.0)
-
-
-def read_landmarks(path: Path | str) -> np.ndarray:
-    """The 66 AAM points of an ``AAM_landmarks/.../<frame>_aam.txt`` file as a (66, 2) float
-    array (x, y). Blank lines are skipped; each line's first two fields are read. Raises
-    ValueError naming the path otherwise."""
-    rows = [line.split() for line in _read_text(path).splitlines()]
-    rows = [r for r in rows if r]
-    if len(rows) != N_LANDMARKS:
-        raise ValueError(f"{path}: expected {N_LANDMARKS} lines of 'x y' landmarks, found {len(rows)}")
-    out = np.empty((N_LANDMARKS, 2), dtype=np.float64)
-    for i, r in enumerate(rows):
-        if len(r) < 2:
-            raise ValueError(f"{path}: line {i + 1}: expected 'x y', got {' '.join(r)[:60]!r}")
-        out[i, 0] = _number(r[0], path, f"line {i + 1}: x")
-        out[i, 1] = _number(r[1], path, f"line {i + 1}: y")
-    return out
-
-
-def read_sequence_label(path: Path | str) -> float:
-    """The number in a ``Sequence_Labels/<M>/<subj>/<seq>.txt`` file. ValueError naming the path
-    otherwise."""
-    tokens = _read_text(path).split()
-    if not tokens:
-        raise ValueError(f"{path}: empty sequence-label file (expected one number)")
-    return _number(tokens[0], path, "value")
-
-
-
-def _imread_grey(path: Path | str) -> np.ndarray:
-    img = cv2.imread(os.fspath(path), cv2.IMREAD_GRAYSCALE)
-    if img is None or img.size == 0:
-        raise UnbcImageError(f"{path}: cannot read image (missing or corrupt)")
-    return img
-
-
-def read_grey(path: Path | str) -> np.ndarray:
-    """The frame as a uint8 greyscale HxW array (``cv2.imread(path, cv2.IMREAD_GRAYSCALE)``).
-    Raises UnbcImageError("<path>: cannot read image (missing or corrupt)")."""
-    with quiet_opencv():
-        return _imread_grey(path)
 
 
 # --------------------------------------------------------------------------- tree scanning
@@ -631,7 +531,7 @@ def load_unbc(
     if check_images:
         _check_files(frames, scan, progress)
 
-    problems = sorted(scan.problems, key=lambda p: (_kind_order(p.kind), str(p.path)))
+    problems = sorted(scan.problems, key=lambda p: (kind_order(p.kind), str(p.path)))
     return UnbcDataset(
         root=root,
         frames=frames,  # built in (subject, session, index) order
@@ -671,7 +571,7 @@ def load_for_run(root: Path | str, subjects: Iterable[int]) -> UnbcDataset:
 def _check_one(frame: UnbcFrame) -> list[tuple[str, Path, str]]:
     found = []
     try:
-        grey = _imread_grey(frame.image)
+        grey = imread_grey(frame.image)
     except UnbcImageError as e:
         found.append(("unreadable_image", frame.image, str(e)))
     else:
@@ -705,65 +605,8 @@ def _check_files(frames: list[UnbcFrame], scan: _Scan, progress: Callable[[int, 
 # --------------------------------------------------------------------------- summary
 
 
-def _kind_order(kind: str) -> tuple[int, str]:
+def kind_order(kind: str) -> tuple[int, str]:
     kinds = list(PROBLEM_KINDS)
     return (kinds.index(kind) if kind in PROBLEM_KINDS else len(kinds), kind)
 
 
-def summarize(ds: UnbcDataset) -> dict:
-    """A JSON-able overview: counts, per-subject sessions/frames/pain, the PSPI histogram (rounded
-    integer level -> frames), and every problem with counts per kind. Pain = PSPI >= 1; pain %
-    is over the frames that have a PSPI value."""
-    per_subject: dict[int, dict] = {}
-    histogram: Counter[int] = Counter()
-    empty_facs_files = compared = mismatched = 0
-    for f in ds.frames:
-        s = per_subject.setdefault(f.subject, {"subject": f.subject, "sequences": {}, "frames": 0,
-                                               "labelled_frames": 0, "pain_frames": 0})
-        s["sequences"][f.session] = f.sequence
-        s["frames"] += 1
-        if f.pspi is not None:
-            s["labelled_frames"] += 1
-            s["pain_frames"] += f.pspi >= PAIN_THRESHOLD
-            histogram[int(round(f.pspi))] += 1
-        if f.facs is not None:
-            empty_facs_files += not f.facs
-            if f.pspi is not None:
-                compared += 1
-                mismatched += abs(pspi_from_facs(f.facs) - f.pspi) > 1e-6
-
-    def percent(part: int, whole: int) -> float:
-        return round(100.0 * part / whole, 2) if whole else 0.0
-
-    subjects = []
-    for number in sorted(per_subject):
-        s = per_subject[number]
-        names = [s["sequences"][k] for k in sorted(s["sequences"])]
-        subjects.append({
-            "subject": number, "sessions": len(names), "sequence_names": names, "frames": s["frames"],
-            "labelled_frames": s["labelled_frames"], "pain_frames": int(s["pain_frames"]),
-            "pain_percent": percent(int(s["pain_frames"]), s["labelled_frames"]),
-        })
-    labelled = sum(s["labelled_frames"] for s in subjects)
-    pain = sum(s["pain_frames"] for s in subjects)
-    counts = Counter(p.kind for p in ds.problems)
-    return {
-        "root": str(ds.root),
-        "synthetic": ds.synthetic,
-        "checked_images": ds.checked_images,
-        "parts": {k: (str(v) if v is not None else None) for k, v in ds.parts.items()},
-        "subjects": len(subjects),
-        "sequences": sum(s["sessions"] for s in subjects),
-        "frames": len(ds.frames),
-        "labelled_frames": labelled,
-        "pain_threshold": PAIN_THRESHOLD,
-        "pain_frames": pain,
-        "pain_percent": percent(pain, labelled),
-        "sequences_with_labels": len(ds.sequence_labels),
-        "empty_facs_files": empty_facs_files,
-        "pspi_vs_facs": {"compared": compared, "mismatched": mismatched},
-        "per_subject": subjects,
-        "pspi_histogram": {level: histogram[level] for level in sorted(histogram)},
-        "problem_counts": {k: counts[k] for k in sorted(counts, key=_kind_order)},
-        "problems": [{"kind": p.kind, "path": str(p.path), "detail": p.detail} for p in ds.problems],
-    }

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fedcare.algorithms.training import ClientData
-from fedcare.data.celeba.reader import DetectorParams
+from fedcare.data.celeba.faces import DetectorParams
 from fedcare.data.celeba.federation import ClientFaces, FaceSplit, FederatedFaces, federated_celeba
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
 from fedcare.runtime.sites import SiteError
