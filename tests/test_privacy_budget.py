@@ -77,7 +77,7 @@ def test_an_empty_poisson_batch_is_a_step_of_noise_alone():
 
         model.load_state_dict(before)
         hook = PerExampleClipNoise(DPSGD(noise_multiplier=sigma, max_grad_norm=1.0))
-        hook.generator, hook.expected_batch_size = torch.Generator().manual_seed(0), 8.0
+        hook.generator, hook.divisor = torch.Generator().manual_seed(0), 8.0
         settings = TrainSettings(lr=0.1, batch_size=8, local_epochs=1, gradient_hook=hook, batches=Empty())
         wrapped = GradSampleModule(model, strict=False)
         loss = train_epochs(model, model.parameters(), data, settings, generator=torch.Generator().manual_seed(1))

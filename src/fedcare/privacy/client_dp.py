@@ -22,7 +22,11 @@ Choices written down:
   to that fraction, which moves C away from its target (all clipped: C shrinks further). Here
   the paper's count of unclipped replies is used; docs/privacy.md gives a reproduction of
   Flower's behaviour. Fixed clipping equals Flower's (tests/test_privacy_client_dp.py).
-- Integer tensors (BatchNorm's counter) carry no gradient: they are averaged unclipped.
+- Integer tensors (BatchNorm's counter) carry no gradient: they are averaged, never clipped or
+  noised (Flower fixed its client-level DP touching them in 1.45, flwr #8381).
+- The one-run audit (`[privacy.audit] canary_clients`): canary clients' updates join the
+  clipped ones before the noise (`fedcare.privacy.canary_clients`); each round's scalars carry
+  its epsilon-hat, the paper's estimate and the soundness check.
 - Accounting: the Gaussian mechanism composed over rounds with Opacus's RDP accountant at
   sampling rate 1 (no amplification, as Flower's accounting requires): conservative when a
   round samples a fraction of the clients. The ledger is never rolled back by snapshots.
@@ -43,6 +47,7 @@ import torch
 from fedcare.algorithms.base import NUM_EXAMPLES, ClientId, ServerHalf
 from fedcare.algorithms.messages import Message
 from fedcare.config import ClientDP
+from fedcare.privacy.canary_clients import CanaryClients
 from fedcare.privacy.dp_sgd import PrivacyError, epsilon
 from fedcare.seeding import numpy_rng, torch_generator
 
@@ -92,7 +97,8 @@ def calibrated_noise(config: ClientDP) -> float:
 class ClientDPServer(ServerHalf):
     """Any plain-averaging server half with client-level DP on its aggregation."""
 
-    def __init__(self, inner: ServerHalf, config: ClientDP, algorithm: str):
+    def __init__(self, inner: ServerHalf, config: ClientDP, algorithm: str, canary_clients: int = 0,
+                 confidence: float = 0.95):
         if type(inner).aggregate is not ServerHalf.aggregate:
             raise PrivacyError(f"privacy.client_dp: {algorithm} aggregates with its own rule "
                                f"({type(inner).__name__}), so noise on the plain average would not protect what it "
@@ -105,6 +111,9 @@ class ClientDPServer(ServerHalf):
         self.clipping_norm = config.clipping_norm
         self.seed = 0
         self.ledger = Ledger()
+        # the one-run audit's canary clients (`fedcare.privacy.canary_clients`), drawn from the run seed
+        self.canary_clients, self.confidence = canary_clients, confidence
+        self.canaries: CanaryClients | None = None
 
     def bind_seed(self, seed: int) -> None:
         """The run seed the noise derives from (set by the federation)."""
@@ -148,8 +157,11 @@ class ClientDPServer(ServerHalf):
             noisy = numpy_rng(self.seed, "client-dp-count", release).normal(n_unclipped, count_std) if count_std else n_unclipped
             self.clipping_norm = next_clipping_norm(c, noisy / m, cfg.target_quantile, cfg.clip_norm_lr)
         averaged = self.inner.aggregate(current, clipped)
+        if self.canary_clients:  # the canary clients' updates join the clipped ones, before the noise
+            averaged = Message(self._with_canaries(current.tensors, averaged.tensors, c, m), averaged.scalars)
         generator = torch_generator(self.seed, "client-dp-noise", release)
         std = sigma * c / m
+        # floating-point tensors only: an integer one (BatchNorm's counter) is averaged, never noised (flwr #8381)
         noised = {k: (v + torch.normal(0.0, std, v.shape, generator=generator, dtype=torch.float64,
                                                   device=generator.device).to(v.dtype))
                   if v.is_floating_point() and std > 0 else v for k, v in averaged.tensors.items()}
@@ -158,7 +170,28 @@ class ClientDPServer(ServerHalf):
             self.ledger.clients.setdefault(client, []).append(cfg.noise_multiplier)
         scalars = {**averaged.scalars, CLIPPING_NORM: self.clipping_norm,
                    CLIENT_DP_EPSILON: self.ledger.epsilon(cfg.delta)}
+        if self.canaries is not None:  # every canary took part in every release: the whole run's epsilon
+            scalars |= self.canaries.audit(_flat(noised), scalars[CLIENT_DP_EPSILON])
         return Message(noised, scalars)
+
+    def _with_canaries(self, current: Mapping[str, torch.Tensor], averaged: Mapping[str, torch.Tensor], c: float,
+                       m: int) -> dict[str, torch.Tensor]:
+        if self.canaries is None:
+            self.canaries = CanaryClients(self.canary_clients, self.seed, self.config.delta, self.confidence)
+        self.canaries.begin(_flat(current))
+        flat = self.canaries.added(_flat(averaged), c, m)
+        out, start = dict(averaged), 0
+        for k, v in averaged.items():
+            if v.is_floating_point():
+                out[k] = flat[start : start + v.numel()].reshape(v.shape).to(v.dtype)
+                start += v.numel()
+        return out
+
+
+def _flat(tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The floating-point tensors, in their order, as one float64 vector."""
+    floats = [v.double().flatten() for v in tensors.values() if v.is_floating_point()]
+    return torch.cat(floats) if floats else torch.zeros(0, dtype=torch.float64)
 
 
 def next_clipping_norm(norm: float, unclipped_fraction: float, target_quantile: float, lr: float) -> float:

@@ -11,8 +11,10 @@ Choices written down:
 - Sampling (`sampling`). "poisson", the default: each step takes every example independently
   with probability q = batch_size / n (Opacus's UniformWithReplacementSampler, as its
   DPDataLoader does), int(1/q) steps an epoch, batches of variable size and sometimes empty;
-  the sum of clipped gradients plus noise is divided by the expected batch size q n (not the
-  drawn one, which depends on the data), and an empty batch is a step of noise alone. This is
+  the sum of clipped gradients plus noise is divided by the configured batch size, a public
+  constant (not the drawn size, which depends on the data, nor q n, which is the client's
+  example count when it holds fewer than a batch: Opacus #819), and an empty batch is a step of
+  noise alone. This is
   the sampling the accountants analyse. "shuffle": the loop's fixed-size shuffled batches; the
   accountant is given q = batch/n all the same, so the epsilon is an approximation of the
   guarantee, not a proof of it (the report says "approximate").
@@ -86,7 +88,8 @@ class PerExampleClipNoise:
         self.generator: torch.Generator | None = None
         self.steps = 0
         self.batch_size = 0  # the largest batch seen (the accountant's sample rate when shuffling)
-        self.expected_batch_size: float | None = None  # Poisson: q n, what every step divides by
+        self.divisor: float | None = None  # Poisson: the configured batch size, what every step divides by
+        self.canaries = None  # the one-run audit's gradient canaries (`fedcare.privacy.canaries`), while they train
 
     def __call__(self, model: nn.Module, batch_size: int) -> None:
         if batch_size == 0:  # an empty Poisson batch: noise alone, on every trained parameter
@@ -108,11 +111,15 @@ class PerExampleClipNoise:
         norms = per_example.norm(2, dim=1)
         factor = (self.config.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
         std = self.noise_multiplier * self.config.max_grad_norm
-        divisor = batch_size if self.expected_batch_size is None else self.expected_batch_size
-        for p in params:
+        divisor = batch_size if self.divisor is None else self.divisor
+        # the canaries' gradients (norm C each, already within the clipping) join the clipped sum before the noise
+        canaries = self.canaries.step(dict(named)) if self.canaries is not None else {}
+        for name, p in named:
             examples = p.grad_sample.sum(0)
             penalty = p.grad - examples / max(batch_size, 1)  # weight-only terms: no example in it
             clipped = torch.einsum("i,i...->...", factor, p.grad_sample)
+            if name in canaries:
+                clipped = clipped + canaries[name]
             noise = (torch.normal(0.0, std, p.shape, generator=self.generator, device=self.generator.device).to(p.device)
                      if std > 0 else 0.0)  # drawn on the host: the same noise on every device
             p.grad = (clipped + noise) / divisor + penalty
@@ -360,8 +367,11 @@ class DPSGDClient(DelegatingClient):
         self.hook.generator = rng.torch(f"dp-sgd-noise/{purpose}")
         self.hook.steps = self.hook.batch_size = 0
         self.hook.noise_multiplier = self._sigma(state)
+        # Poisson: every step divides by the configured batch size, a public constant (dividing by
+        # q n = min(batch, n) would divide by the client's private example count when it holds
+        # fewer than a batch: Opacus #819, #571)
         poisson = isinstance(self.batches, PoissonBatches)
-        self.hook.expected_batch_size = min(self.settings.batch_size, len(data)) if poisson else None
+        self.hook.divisor = self.settings.batch_size if poisson else None
         with warnings.catch_warnings():  # Opacus's full backward hooks on a first layer whose input needs no gradient
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             grad_sample = GradSampleModule(model, strict=False)
