@@ -15,11 +15,15 @@ since the first round and every canary's direction. Two numbers from them:
   cosines are the scores, the inclusion bits the truth. Valid whatever the model does: it is
   what the soundness check compares with the accountant's epsilon.
 - **the paper's estimate**: the included canaries' cosines fitted by a Gaussian N(mu, s^2),
-  against the null distribution of a direction the model never saw, N(0, 1/d) (exact in mean and
-  variance for a uniform direction in d dimensions, whatever the model); the estimate is the
-  epsilon at delta that separates the two Gaussians (`gaussians_epsilon`). When the noise
-  dominates the model's change it approaches the Gaussian mechanism's own epsilon; it is an
-  estimate, not a bound: it can fall either side.
+  against the null distribution of a direction the model never saw, centred at 0 (a uniform
+  direction in d dimensions has mean cosine 0 with any fixed vector) with the same spread; the
+  estimate is the epsilon at delta of the Gaussian mechanism that separates N(0, s^2) from
+  N(mu, s^2) (`estimate`). When the noise dominates the model's change, s^2 = 1/d and mu sqrt(d)
+  = sqrt(rounds) / sigma: the estimate approaches the mechanism's exact epsilon, which the RDP
+  accountant bounds from above. It is an estimate, not a bound: it can fall either side.
+  (Fitting the null's variance 1/d separately from s^2 makes the privacy loss quadratic, and its
+  epsilon at delta = 1e-5 then follows the tails of two variance estimates from a few dozen
+  canaries: it overshot the exact epsilon 2-fold on pure noise, so the spread is shared.)
 """
 
 from __future__ import annotations
@@ -28,8 +32,6 @@ import math
 
 import numpy as np
 import torch
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 from fedcare.privacy.one_run import audit, is_sound
 from fedcare.seeding import numpy_rng, torch_generator
@@ -38,45 +40,20 @@ CACHED = 1 << 25  # the directions are kept (k d float64 values, 256 MiB at most
 AUDIT_PREFIX = "client_dp_audit_"  # the round's scalars (the federation copies "client_dp_*" into its info)
 
 
-def gaussians_epsilon(mu0: float, s0: float, mu1: float, s1: float, delta: float) -> float:
-    """The smallest epsilon such that N(mu0, s0^2) and N(mu1, s1^2) are (epsilon, delta)-
-    indistinguishable both ways: delta(eps) = max over the two orders of P[L > eps] - e^eps Q[L > eps],
-    L the log-likelihood ratio (a quadratic in x, so its sets are intervals); 0 when delta(0) <= delta."""
-    if s0 <= 0 or s1 <= 0:
-        return math.inf
+def estimate(cosines: np.ndarray, delta: float) -> float:
+    """The paper's estimate from the included canaries' cosines: a Gaussian N(mu, s^2) fitted to
+    them against N(0, s^2), the Gaussian mechanism whose epsilon at `delta` separates them
+    (dp-accounting's `get_epsilon_gaussian` at noise s / mu); 0 when mu <= 0."""
+    from dp_accounting import get_epsilon_gaussian
 
-    def one_way(m_p: float, s_p: float, m_q: float, s_q: float, eps: float) -> float:
-        # {x: log p(x) - log q(x) > eps} = {a x^2 + b x + c > 0}
-        a = 1 / (2 * s_q**2) - 1 / (2 * s_p**2)
-        b = m_p / s_p**2 - m_q / s_q**2
-        c = math.log(s_q / s_p) - m_p**2 / (2 * s_p**2) + m_q**2 / (2 * s_q**2) - eps
-
-        def mass(m: float, s: float) -> float:
-            if abs(a) < 1e-12 * max(abs(b), 1e-300):  # equal variances: a half-line
-                if b == 0:
-                    return 1.0 if c > 0 else 0.0
-                t = -c / b
-                return float(norm.sf(t, m, s) if b > 0 else norm.cdf(t, m, s))
-            disc = b * b - 4 * a * c
-            if disc <= 0:
-                return 1.0 if a > 0 else 0.0
-            lo, hi = sorted(((-b - math.sqrt(disc)) / (2 * a), (-b + math.sqrt(disc)) / (2 * a)))
-            inside = float(norm.cdf(hi, m, s) - norm.cdf(lo, m, s))
-            return 1.0 - inside if a > 0 else inside
-
-        return mass(m_p, s_p) - math.exp(eps) * mass(m_q, s_q)
-
-    def gap(eps: float) -> float:
-        return max(one_way(mu1, s1, mu0, s0, eps), one_way(mu0, s0, mu1, s1, eps)) - delta
-
-    if gap(0.0) <= 0:
+    if len(cosines) < 2:
+        return math.nan
+    mu, s = float(np.mean(cosines)), float(np.std(cosines, ddof=1))
+    if mu <= 0:
         return 0.0
-    lo, hi = 0.0, 1.0
-    while gap(hi) > 0:
-        lo, hi = hi, 2 * hi
-        if hi > 1e4:
-            return math.inf
-    return float(brentq(gap, lo, hi, xtol=1e-6))
+    if s == 0:
+        return math.inf
+    return float(get_epsilon_gaussian(s / mu, delta))
 
 
 class CanaryClients:
@@ -119,10 +96,8 @@ class CanaryClients:
         d = len(flat)
         cosines = np.array([float(change @ self.direction(i, d)) / size if size > 0 else 0.0 for i in range(self.k)])
         bound = audit(cosines, self.included, self.delta, self.confidence)
-        seen = cosines[self.included]
-        estimate = (gaussians_epsilon(0.0, 1 / math.sqrt(d), float(seen.mean()), float(seen.std(ddof=1)), self.delta)
-                    if len(seen) >= 2 else math.nan)
-        return {AUDIT_PREFIX + "epsilon_hat": bound.epsilon_hat, AUDIT_PREFIX + "estimate": estimate,
+        return {AUDIT_PREFIX + "epsilon_hat": bound.epsilon_hat,
+                AUDIT_PREFIX + "estimate": estimate(cosines[self.included], self.delta),
                 AUDIT_PREFIX + "m": float(bound.m), AUDIT_PREFIX + "r": float(bound.r), AUDIT_PREFIX + "v": float(bound.v),
                 AUDIT_PREFIX + "confidence": self.confidence,
                 AUDIT_PREFIX + "sound": float(is_sound(bound.epsilon_hat, epsilon))}
