@@ -253,3 +253,6 @@ class Algorithm:
     pooled: bool = False  # centralized: one participant holding every client's data
     # collects a round's fit replies as one masked sum instead (fedcare.privacy.secagg.SecureAggregation)
     secure: Any = None
+    # reads the clients' privacy reports each round, (run seed, {client: report}) -> what the round's
+    # info adds (fedcare.privacy.canaries.CanaryAudit: the one-run audit's epsilon-hat)
+    auditor: Any = None

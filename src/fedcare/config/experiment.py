@@ -29,7 +29,8 @@ class Experiment(Strict):
     deployment: Deployment = Deployment()
     privacy: Privacy | None = None  # no [privacy] table: no protection beyond keeping data at the clients
     robustness: Robustness | None = None  # no [robustness] table: the weighted mean, no simulated attackers
-    # a study whose protocol runs [privacy.audit] sets this (the pain study); others refuse the table
+    # a study whose protocol runs [privacy.audit]'s membership audit sets this (pain, surgical, face);
+    # others refuse its membership keys (the one-run audits apply to every study)
     offers_membership_audit: ClassVar[bool] = False
     # old dotted key -> its new name: an experiment file using the old one still loads, with a
     # warning naming both, for one release (then the old name is an unknown key)
@@ -73,9 +74,11 @@ class Experiment(Strict):
 
     @model_validator(mode="after")
     def _audit_offered(self) -> "Experiment":
-        if self.privacy is not None and self.privacy.audit is not None and not self.offers_membership_audit:
+        audit = self.privacy.audit if self.privacy is not None else None
+        if audit is not None and audit.membership and not self.offers_membership_audit:
             raise ValueError(f"privacy.audit: the {self.study} study has no membership audit "
-                             f"(the pain, surgical and face studies have)")
+                             f"(the pain, surgical and face studies have); the one-run audits (canaries, "
+                             f"canary_clients) apply to every study")
         return self
 
     def relative_to(self, folder: Path) -> "Experiment":

@@ -1,4 +1,4 @@
-"""`[privacy]`: DP-SGD, client-level DP, secure aggregation and the membership audit."""
+"""`[privacy]`: DP-SGD, client-level DP, secure aggregation and the audits."""
 
 from __future__ import annotations
 
@@ -93,22 +93,56 @@ class SecureAggregation(Strict):
     threshold: float = Field(2 / 3, gt=0.5, le=1)
 
 
-class MembershipAudit(Strict):
-    """`[privacy.audit]`: after each federation's training, the loss attack of membership
-    inference (`fedcare.privacy.audit`) on every client's training frames against frames of the
-    same sessions it never trained on, from three views (its own model, a peer's, the server's).
-    It runs while the run still holds the models (runs do not keep them), in this process only.
-    Studies that offer it say so (`Experiment.offers_membership_audit`); docs/privacy.md."""
+MEMBERSHIP_KEYS = frozenset({"max_per_set", "server_epochs"})
 
-    max_per_set: int = Field(200, ge=10)  # members (and as many non-members) per client, at most
-    server_epochs: int = Field(3, ge=1)  # epochs the server fits a split model's private part on its own data
+
+class PrivacyAudit(Strict):
+    """`[privacy.audit]`: audits of what a run leaks (docs/privacy.md).
+
+    - The membership audit (the loss attack, `fedcare.privacy.audit`), in the studies that offer
+      it (`Experiment.offers_membership_audit`): after each federation's training, every client's
+      training examples against examples it never trained on, from its own model and a peer's
+      (the pain study also the server's); in this process only. It runs when the section sets a
+      membership key or no one-run key (`membership`).
+    - The one-run audits, in any study, in both runtimes: `canaries` gradient canaries per client
+      (example level, `fedcare.privacy.canaries`) and `canary_clients` canary clients at the
+      server (client level, needs `[privacy.client_dp]`, `fedcare.privacy.canary_clients`): an
+      empirical lower bound epsilon-hat at `confidence` beside the accountant's epsilon, each round."""
+
+    max_per_set: int = Field(200, ge=10)  # membership: members (and as many non-members) per client, at most
+    server_epochs: int = Field(3, ge=1)  # membership: epochs the server fits a split model's private part on its own data
+    canaries: int = Field(0, ge=0)  # gradient canaries per client, each in its data with probability 1/2; 0: none
+    canary_clients: int = Field(0, ge=0)  # canary clients at the server (client-level DP), each in with probability 1/2
+    confidence: float = Field(0.95, gt=0, lt=1)  # epsilon-hat is a lower bound at this confidence
+
+    @property
+    def membership(self) -> bool:
+        """Whether the membership audit (loss attack) runs: a membership key is set, or no one-run audit is asked."""
+        return bool(self.model_fields_set & MEMBERSHIP_KEYS) or not (self.canaries or self.canary_clients)
+
+
+MembershipAudit = PrivacyAudit  # its name before the one-run audits
 
 
 class Privacy(Strict):
     """`[privacy]`: the protections a run applies, each off unless its table is given, and the
-    membership audit (`[privacy.audit]`)."""
+    audits (`[privacy.audit]`)."""
 
     dp_sgd: DPSGD | None = None
     client_dp: ClientDP | None = None
     secure_aggregation: SecureAggregation | None = None
-    audit: MembershipAudit | None = None
+    audit: PrivacyAudit | None = None
+
+    @model_validator(mode="after")
+    def _canary_clients_need_client_dp(self) -> "Privacy":
+        if self.audit is not None and self.audit.canary_clients and self.client_dp is None:
+            raise ValueError("audit.canary_clients: canary clients join client-level DP's clipped updates, at its "
+                             "clipping norm and before its noise; add [privacy.client_dp] (noise_multiplier = 0 to "
+                             "audit a run without noise)")
+        return self
+
+    @property
+    def delta(self) -> float:
+        """The delta the run's epsilon is reported at: DP-SGD's, else client-level DP's, else 1e-5."""
+        table = self.dp_sgd or self.client_dp
+        return table.delta if table is not None else 1e-5

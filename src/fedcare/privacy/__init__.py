@@ -1,10 +1,12 @@
 """The privacy layer: protections a study's experiment turns on in `[privacy]` (DP-SGD at
-each client, client-level DP at the server, secure aggregation), applied to any study's model and algorithms
+each client, client-level DP at the server, secure aggregation) and the one-run audits of
+`[privacy.audit]` (canaries), applied to any study's model and algorithms
 (`fedcare.studies.base.Study` calls `private_model` and `private_algorithm`), in the
 simulator and on Flower alike. See docs/privacy.md."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from torch import nn
@@ -12,6 +14,7 @@ from torch import nn
 from fedcare.algorithms.base import Algorithm, ServerHalf
 from fedcare.algorithms.server_optimizers import OptimizedServer
 from fedcare.config import Privacy
+from fedcare.privacy.canaries import CanaryAudit, CanaryClient
 from fedcare.privacy.client_dp import ClientDPServer
 from fedcare.privacy.dp_sgd import DPSGDClient, PrivacyError, private_model as _dp_sgd_model
 from fedcare.privacy.secagg import SecureAggClient, SecureAggregation
@@ -26,7 +29,9 @@ def private_model(model: nn.Module, privacy: Privacy | None) -> nn.Module:
 
 def private_algorithm(algorithm: Algorithm, privacy: Privacy | None) -> Algorithm:
     """`algorithm` with its client half under DP-SGD and its server half under client-level
-    DP, as `privacy` asks; an error saying why for an algorithm a protection cannot cover."""
+    DP, as `privacy` asks, and the one-run audits of `[privacy.audit]` (gradient canaries in the
+    client half, their auditor with the algorithm; canary clients in the client-level DP server);
+    an error saying why for an algorithm a protection cannot cover."""
     if privacy is None:
         return algorithm
     client, server = algorithm.client, algorithm.server
@@ -35,17 +40,28 @@ def private_algorithm(algorithm: Algorithm, privacy: Privacy | None) -> Algorith
             raise PrivacyError(f"privacy.dp_sgd: {algorithm.name} takes gradient steps outside the training loop "
                                f"(its meta step), where DP-SGD's per-example clipping cannot reach")
         client = DPSGDClient(client, privacy.dp_sgd)
+    audit, auditor = privacy.audit, algorithm.auditor
+    if audit is not None and audit.canaries and not isinstance(client, CanaryClient):  # the one-run audit, DP-SGD's level
+        if not client.trains_in_loop:
+            raise PrivacyError(f"privacy.audit.canaries: {algorithm.name} takes gradient steps outside the training "
+                               f"loop (its meta step), where the canaries' gradients cannot join")
+        dp = privacy.dp_sgd
+        norm = dp.max_grad_norm if dp is not None and math.isfinite(dp.max_grad_norm) else 1.0  # C, else 1
+        client, auditor = CanaryClient(client, audit.canaries, norm), CanaryAudit(audit.canaries, privacy.delta,
+                                                                                  audit.confidence)
     if privacy.client_dp is not None and not isinstance(server, ClientDPServer):
         if algorithm.pooled:
             raise PrivacyError(f"privacy.client_dp: {algorithm.name} has one participant holding all the data; "
                                f"client-level DP needs clients")
-        server = ClientDPServer(server, privacy.client_dp, algorithm.name)
+        server = ClientDPServer(server, privacy.client_dp, algorithm.name,
+                                canary_clients=audit.canary_clients if audit is not None else 0,
+                                confidence=audit.confidence if audit is not None else 0.95)
     secure = algorithm.secure
     # centralized training holds the pooled data in one process: no update leaves a client to hide
     if privacy.secure_aggregation is not None and secure is None and not algorithm.pooled:
         refuse_secure_aggregation(algorithm, privacy)
         client, secure = SecureAggClient(client), SecureAggregation(privacy.secure_aggregation.threshold)
-    return replace(algorithm, client=client, server=server, secure=secure)
+    return replace(algorithm, client=client, server=server, secure=secure, auditor=auditor)
 
 
 def refuse_secure_aggregation(algorithm: Algorithm, privacy: Privacy) -> None:

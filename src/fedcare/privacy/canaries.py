@@ -45,7 +45,7 @@ from fedcare.algorithms.base import DP_EPSILON, PRIVACY_METRICS, ClientHalf, Cli
 from fedcare.algorithms.messages import ClientState
 from fedcare.algorithms.training import Randomness
 from fedcare.privacy.dp_sgd import PerExampleClipNoise, PrivacyError
-from fedcare.privacy.one_run import audit, is_sound
+from fedcare.privacy.one_run import audit
 from fedcare.runtime.clients import PRIVACY_LEDGER
 from fedcare.seeding import numpy_rng
 
@@ -198,18 +198,19 @@ class CanaryAudit:
                 continue
             scores, bits = np.asarray(report[SCORES]), canary_inclusion(seed, client, self.m)
             eps = report.get(DP_EPSILON)
-            per_client[str(client)] = self._result(audit(scores, bits, self.delta, self.confidence), eps)
+            per_client[str(client)] = self._result(audit(scores, bits, self.delta, self.confidence, eps), eps)
             pooled_scores.append(scores)
             pooled_bits.append(bits)
             epsilons.append(math.inf if eps is None else float(eps))
         if not per_client:
             return {}
         # the pooled claim: every canary is (largest epsilon, delta)-DP
-        pooled = audit(np.concatenate(pooled_scores), np.concatenate(pooled_bits), self.delta, self.confidence)
         largest = max(epsilons)
-        return {DP_AUDIT: {"pooled": self._result(pooled, None if math.isinf(largest) else largest),
+        claim = None if math.isinf(largest) else largest
+        pooled = audit(np.concatenate(pooled_scores), np.concatenate(pooled_bits), self.delta, self.confidence, claim)
+        return {DP_AUDIT: {"pooled": self._result(pooled, claim),
                            "clients": per_client}}
 
     @staticmethod
     def _result(result, epsilon: float | None) -> dict:
-        return {**result.as_dict(), "epsilon": epsilon, "sound": is_sound(result.epsilon_hat, epsilon)}
+        return {**result.as_dict(), "epsilon": epsilon}

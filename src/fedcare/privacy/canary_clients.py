@@ -12,8 +12,8 @@ the clipping). After each round the auditor takes the cosine between the model's
 since the first round and every canary's direction. Two numbers from them:
 
 - **epsilon-hat**, a lower bound at a confidence (`fedcare.privacy.one_run`, Steinke et al.): the
-  cosines are the scores, the inclusion bits the truth. Valid whatever the model does: it is
-  what the soundness check compares with the accountant's epsilon.
+  cosines are the scores, the inclusion bits the truth. Valid whatever the model does: with the
+  p-value of the accountant's claim, it is what the soundness check tests.
 - **the paper's estimate**: the included canaries' cosines fitted by a Gaussian N(mu, s^2),
   against the null distribution of a direction the model never saw, centred at 0 (a uniform
   direction in d dimensions has mean cosine 0 with any fixed vector) with the same spread; the
@@ -33,7 +33,7 @@ import math
 import numpy as np
 import torch
 
-from fedcare.privacy.one_run import audit, is_sound
+from fedcare.privacy.one_run import audit
 from fedcare.seeding import numpy_rng, torch_generator
 
 CACHED = 1 << 25  # the directions are kept (k d float64 values, 256 MiB at most), else drawn each time
@@ -89,15 +89,15 @@ class CanaryClients:
             self.start = flat.clone()
 
     def audit(self, flat: torch.Tensor, epsilon: float | None) -> dict[str, float]:
-        """After a round: epsilon-hat (the bound), the paper's estimate, m, r, v and whether the
-        bound is within `epsilon` (1.0) or above it (0.0), as message scalars."""
+        """After a round: epsilon-hat (the bound), the paper's estimate, m, r, v and the p-value
+        of the accountant's claim `epsilon` (NaN without one), as message scalars."""
         change = flat - self.start
         size = float(change.norm())
         d = len(flat)
         cosines = np.array([float(change @ self.direction(i, d)) / size if size > 0 else 0.0 for i in range(self.k)])
-        bound = audit(cosines, self.included, self.delta, self.confidence)
+        bound = audit(cosines, self.included, self.delta, self.confidence, epsilon)
         return {AUDIT_PREFIX + "epsilon_hat": bound.epsilon_hat,
                 AUDIT_PREFIX + "estimate": estimate(cosines[self.included], self.delta),
                 AUDIT_PREFIX + "m": float(bound.m), AUDIT_PREFIX + "r": float(bound.r), AUDIT_PREFIX + "v": float(bound.v),
                 AUDIT_PREFIX + "confidence": self.confidence,
-                AUDIT_PREFIX + "sound": float(is_sound(bound.epsilon_hat, epsilon))}
+                AUDIT_PREFIX + "p_value": math.nan if bound.p_value is None else bound.p_value}

@@ -14,7 +14,10 @@ canary, the paper's Theorem 3.1 bounds the chance of v or more correct guesses:
 epsilon-hat is the largest eps whose bound is below 1 - confidence: the run was not (eps, delta)-DP
 for any eps below it, unless an event of probability 1 - confidence happened. It is a lower bound:
 a weak attack (poorly chosen scores) only makes it small, never wrong. An epsilon-hat above the
-accountant's epsilon means the implementation or its accounting is wrong.
+accountant's epsilon means the implementation or its accounting is wrong, or that the event of
+probability 1 - confidence happened: a run audits many clients and federations, so its verdict
+tests every accountant's claim at once (`contradicted`: Bonferroni over the claims), and an honest
+run is called unsound with probability at most 1 - confidence.
 
 Choices written down:
 - The guesses are symmetric, k+ = k- = r / 2 (the paper's Figure 1 reports both sides). The
@@ -79,7 +82,9 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
 
 @dataclass(frozen=True)
 class OneRunAudit:
-    """The audit of m canaries: r guesses, v correct, epsilon-hat at `confidence` and `delta`."""
+    """The audit of m canaries: r guesses, v correct, epsilon-hat at `confidence` and `delta`;
+    `p_value`: how likely guesses this good are under the accountant's (epsilon, delta) claim
+    (None without a claim), the test the soundness check makes."""
 
     m: int
     r: int
@@ -87,6 +92,7 @@ class OneRunAudit:
     epsilon_hat: float
     confidence: float
     delta: float
+    p_value: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -101,28 +107,42 @@ def guess(scores: np.ndarray, included: np.ndarray, k: int) -> tuple[int, int]:
     return 2 * k, int(included[order[:k]].sum() + (~included[order[len(order) - k:]]).sum())
 
 
-def audit(scores: np.ndarray, included: np.ndarray, delta: float, confidence: float = 0.95) -> OneRunAudit:
+def audit(scores: np.ndarray, included: np.ndarray, delta: float, confidence: float = 0.95,
+          epsilon: float | None = None) -> OneRunAudit:
     """The one-run audit of canaries with these scores and inclusion bits: the best epsilon-hat
     over the guess grid, the confidence split over the grid (so the best still holds at
-    `confidence`)."""
+    `confidence`); with the accountant's `epsilon`, the p-value of its claim over the grid
+    (Bonferroni: the smallest p times the grid's size)."""
     scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
     if scores.shape != included.shape or scores.ndim != 1:
         raise ValueError(f"one score per canary: {scores.shape} scores, {included.shape} bits")
     m = len(scores)
+    claim = epsilon is not None and math.isfinite(epsilon)
     ks = sorted({max(1, int(f * m) // 2) for f in GUESS_GRID} & set(range(1, m // 2 + 1)))
     if not ks:
-        return OneRunAudit(m, 0, 0, 0.0, confidence, delta)
+        return OneRunAudit(m, 0, 0, 0.0, confidence, delta, 1.0 if claim else None)
     split = 1 - (1 - confidence) / len(ks)  # Bonferroni over the grid
-    found = []
+    found, p_claim = [], 1.0
     for k in ks:
         r, v = guess(scores, included, k)
         # no better than a coin rules nothing out
         found.append((epsilon_lower_bound(m, r, v, delta, split) if 2 * v > r else 0.0, r, v))
+        if claim and 2 * v > r:
+            p_claim = min(p_claim, p_value(m, r, v, epsilon, delta))
     eps, r, v = max(found)  # ties (all 0 among them): the most guesses, the run's overall accuracy
-    return OneRunAudit(m, r, v, eps, confidence, delta)
+    return OneRunAudit(m, r, v, eps, confidence, delta, min(1.0, p_claim * len(ks)) if claim else None)
 
 
 def is_sound(epsilon_hat: float, epsilon: float | None) -> bool:
     """Whether the audit agrees with the accountant: epsilon-hat <= epsilon (no epsilon, i.e. no
     DP: nothing to contradict). A small tolerance absorbs the bound's search (1e-6)."""
     return epsilon is None or math.isinf(epsilon) or epsilon_hat <= epsilon + 1e-6
+
+
+def contradicted(p_values: list[float | None], confidence: float) -> list[bool]:
+    """Which accountant claims a run's audits contradict, at `confidence` for the run as a whole:
+    a claim falls when its p-value is below (1 - confidence) / the number of claims tested
+    (Bonferroni), so an honest run is called unsound with probability at most 1 - confidence
+    however many clients and federations it audits."""
+    tested = sum(p is not None for p in p_values)
+    return [p is not None and p < (1 - confidence) / tested for p in p_values]

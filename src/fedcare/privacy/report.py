@@ -2,8 +2,9 @@
 `round` records of metrics.jsonl (`dp_epsilon`: DP-SGD, the largest over the clients;
 `client_dp_epsilon`: client-level DP) and the deltas in config.toml, and whether secure
 aggregation hid the individual updates, shared by every study's report as notes at the top of
-the page; and the membership audit's table and plot from the `membership` records
-([privacy.audit]).
+the page; the membership audit's table and plot from the `membership` records
+([privacy.audit]); and the one-run audits' epsilon-hat beside epsilon, with the soundness
+verdict run.json keeps (`audit_verdict`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from __future__ import annotations
 import math
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from fedcare.algorithms.base import DP_EPSILON
+from fedcare.privacy.canaries import DP_AUDIT
+from fedcare.privacy.canary_clients import AUDIT_PREFIX as CLIENT_AUDIT
 from fedcare.privacy.client_dp import CLIENT_DP_EPSILON
+from fedcare.privacy.one_run import contradicted
 from fedcare.report.tables import Table
 from fedcare.runfiles import read_run_records
 
@@ -24,7 +29,7 @@ KINDS = {DP_EPSILON: ("DP-SGD (sample-level)", "dp_sgd"), CLIENT_DP_EPSILON: ("c
 
 def privacy_notes(run_dir: Path) -> list[str]:
     """One note per protection used: the largest epsilon per method (and phase) at the end;
-    the per-client table is tables/privacy_budget.md (`write_budget_table`)."""
+    the per-client table is tables/privacy_budget.md (`write_privacy_tables`)."""
     try:
         records, _ = read_run_records(run_dir)
         config = tomllib.loads((Path(run_dir) / "config.toml").read_text(encoding="utf-8"))
@@ -46,6 +51,8 @@ def privacy_notes(run_dir: Path) -> list[str]:
             notes.append(f"Privacy, {label}: epsilon spent at delta = {delta} (largest over clients and rounds) — "
                          f"{listed}. See docs/privacy.md for "
                          f"what it covers and what it does not.")
+    if (note := audit_note(records)) is not None:
+        notes.append(note)
     if budget_rows(records, config):
         notes.append("Privacy budget: epsilon spent per client, against target_epsilon, and rounds skipped once it "
                      "was spent: tables/privacy_budget.md.")
@@ -57,8 +64,9 @@ def privacy_notes(run_dir: Path) -> list[str]:
     return notes
 
 
-def write_budget_table(run_dir: Path) -> None:
-    """tables/privacy_budget.{csv,md} of a run with DP (any study), beside its own tables."""
+def write_privacy_tables(run_dir: Path) -> None:
+    """tables/privacy_budget.{csv,md} of a run with DP and tables/epsilon_audit.{csv,md} of a run
+    with a one-run audit (any study), beside its own tables."""
     from fedcare.report.tables import write_tables
 
     try:
@@ -66,9 +74,10 @@ def write_budget_table(run_dir: Path) -> None:
         config = tomllib.loads((Path(run_dir) / "config.toml").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    table = budget_table(records, config)
-    if table is not None:
-        write_tables({BUDGET: table}, Path(run_dir) / "tables")
+    tables = {name: t for name, t in ((BUDGET, budget_table(records, config)), (EPSILON_AUDIT, audit_table(records)))
+              if t is not None}
+    if tables:
+        write_tables(tables, Path(run_dir) / "tables")
 
 
 # -- the budget: epsilon spent per client ----------------------------------------------------
@@ -255,3 +264,126 @@ def membership_plot(records: list[dict]) -> bytes | None:
     ax.grid(True, axis="y", alpha=0.3)
     legend_right(ax, len(MEMBERSHIP_VIEWS))
     return figure_png(fig)
+
+
+# -- the one-run audits ([privacy.audit] canaries, canary_clients): epsilon-hat beside epsilon ----
+# a record a protocol may write itself (the privacy audit study); other studies' rows come from
+# their rounds' info (`dp_audit`, `client_dp_audit_*`), the last round of each federation
+EPSILON_AUDIT = "epsilon_audit"
+LEVELS = {"dp_sgd": "example (gradient canaries)", "client_dp": "client (canary clients)"}
+
+
+def audit_rows(records: list[dict]) -> list[dict]:
+    """Per (method and phase, seed, level, client or "pooled"): the accountant's epsilon, the
+    audit's epsilon-hat (and the client-level estimate), m, r, v, confidence and whether
+    epsilon-hat <= epsilon. From "epsilon_audit" records where a protocol wrote them; else from
+    the last round of each (method, phase, seed) that carried an audit."""
+    explicit = [dict(r) for r in records if r.get("type") == EPSILON_AUDIT]
+    if explicit:
+        return explicit
+    last: dict[tuple, dict] = {}
+    for r in records:
+        if r.get("type") == "round" and (DP_AUDIT in r or CLIENT_AUDIT + "epsilon_hat" in r):
+            method = f"{r.get('method')} ({r['phase']})" if r.get("phase") else str(r.get("method"))
+            last[(method, r.get("seed"))] = r
+    rows = []
+    for (method, seed), r in last.items():
+        point = {"method": method, "seed": seed, "round": r.get("round")}
+        if DP_AUDIT in r:
+            for client, result in [("pooled", r[DP_AUDIT]["pooled"]), *sorted(r[DP_AUDIT]["clients"].items())]:
+                rows.append({**point, "level": "dp_sgd", "client": client, "estimate": None, **result})
+        if CLIENT_AUDIT + "epsilon_hat" in r:
+            got = {k.removeprefix(CLIENT_AUDIT): r[k] for k in r if k.startswith(CLIENT_AUDIT)}
+            eps = r.get(CLIENT_DP_EPSILON)
+            rows.append({**point, "level": "client_dp", "client": "pooled", "epsilon": eps,
+                         "epsilon_hat": got["epsilon_hat"], "estimate": got.get("estimate"), "m": int(got["m"]),
+                         "r": int(got["r"]), "v": int(got["v"]), "confidence": got["confidence"],
+                         "p_value": got.get("p_value")})
+    return rows
+
+
+def audited(records: list[dict]) -> list[dict]:
+    """`audit_rows` with `sound`: whether the row's accountant claim stands when every claim of
+    the run is tested at once (`fedcare.privacy.one_run.contradicted`, Bonferroni at the audits'
+    confidence)."""
+    rows = audit_rows(records)
+    if not rows:
+        return rows
+    confidence = rows[0].get("confidence") or 0.95
+    wrong = contradicted([_claim_p(r) for r in rows], confidence)
+    return [{**r, "sound": not w, "claims": sum(_claim_p(x) is not None for x in rows)} for r, w in zip(rows, wrong)]
+
+
+def _claim_p(row: dict) -> float | None:
+    p = row.get("p_value")
+    return None if p is None or (isinstance(p, float) and math.isnan(p)) else float(p)
+
+
+def audit_verdict(records: list[dict]) -> dict | None:
+    """run.json's `privacy_audit`: whether every epsilon-hat is within its accountant's epsilon
+    (None when the run has no one-run audit); the contradictions, named."""
+    rows = audited(records)
+    if not rows:
+        return None
+    wrong = [f"{r['method']}, {LEVELS.get(r['level'], r['level'])}, client {r['client']}: epsilon-hat "
+             f"{r['epsilon_hat']:.2f} > epsilon {r['epsilon']:.2f} (p = {r['p_value']:.1e})" for r in rows
+             if not r["sound"]]
+    return {"sound": not wrong, "claims_tested": rows[0]["claims"], "confidence": rows[0].get("confidence"),
+            "unsound": wrong}
+
+
+AUDIT_CAPTION = (
+    "The one-run audit (Steinke, Nasr & Jagielski 2023): m canaries, each in the run with probability 1/2 from a "
+    "seed the auditor keeps; the auditor guesses in or out for the r canaries it is surest of, v correctly; "
+    "epsilon-hat is the lower bound on epsilon those guesses prove at the stated confidence and delta. It never "
+    "proves privacy: a loose epsilon-hat says the canaries were not found, not that nothing leaks. epsilon-hat above "
+    "the accountant's epsilon means the implementation or the accounting is wrong, or chance: sound = no when the "
+    "accountant's claim falls with every row's claim tested at once (Bonferroni at the stated confidence, so an "
+    "honest run is called unsound with at most that probability; one row's epsilon-hat a little above its epsilon "
+    "can be chance among many rows). Example level: "
+    "gradient canaries in each client's training, scored on the model the client holds; pooled: every audited "
+    "client's canaries together against the largest epsilon. Client level: canary clients at the server; estimate: "
+    "Andrew et al. 2024's estimate from the same canaries (not a bound). Last round of each federation. "
+    "docs/privacy.md."
+)
+
+
+def audit_table(records: list[dict]) -> Table | None:
+    rows = audited(records)
+    if not rows:
+        return None
+
+    def num(v: Any, digits: int = 2) -> str:
+        if v is None:
+            return "inf"
+        return "inf" if math.isinf(float(v)) else f"{float(v):.{digits}f}"
+
+    seeds = len({r.get("seed") for r in rows}) > 1
+    columns = ["Method", *(["seed"] if seeds else []), "level", "client", "epsilon (accountant)", "epsilon-hat",
+               "estimate", "m", "r", "v", "sound"]
+    display = [[r["method"], *([str(r.get("seed"))] if seeds else []), LEVELS.get(r["level"], r["level"]),
+                str(r["client"]), num(r["epsilon"]), num(r["epsilon_hat"]),
+                "" if r.get("estimate") is None else num(r["estimate"]), str(r["m"]), str(r["r"]), str(r["v"]),
+                "yes" if r["sound"] else "NO"] for r in rows]
+    header = ["method", "seed", "level", "client", "epsilon", "epsilon_hat", "estimate", "m", "r", "v", "confidence",
+              "delta", "claim_p_value", "sound"]
+    csv_rows = [[r["method"], r.get("seed"), r["level"], r["client"], r["epsilon"], r["epsilon_hat"], r.get("estimate"),
+                 r["m"], r["r"], r["v"], r.get("confidence"), r.get("delta"), _claim_p(r), r["sound"]] for r in rows]
+    return Table(EPSILON_AUDIT, "Privacy audit: the accountant's epsilon and the one-run audit's epsilon-hat",
+                 AUDIT_CAPTION, columns, display, header, csv_rows)
+
+
+def audit_note(records: list[dict]) -> str | None:
+    """The report's note: each federation's pooled epsilon-hat beside its epsilon."""
+    rows = [r for r in audit_rows(records) if r["client"] == "pooled"]
+    if not rows:
+        return None
+
+    def eps(v: float | None) -> str:
+        return "inf" if v is None or math.isinf(v) else f"{v:.2f}"
+
+    listed = "; ".join(f"{r['method']} ({LEVELS.get(r['level'], r['level'])}): epsilon-hat {r['epsilon_hat']:.2f} vs "
+                       f"epsilon {eps(r['epsilon'])}" for r in rows)
+    return (f"Privacy audit (one run, {rows[0].get('confidence', 0.95):.0%} confidence): {listed}. epsilon-hat is a "
+            f"lower bound the run itself proves, epsilon what the accountant claims; per client: "
+            f"tables/{EPSILON_AUDIT}.md.")

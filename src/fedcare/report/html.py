@@ -32,6 +32,7 @@ h3 { font-size: 1.02em; margin: 1.4em 0 0.4em; }
 .banner.synthetic { background: #ffd60a; color: #b00020; border: 3px solid #d00000; text-transform: none; }
 .banner.unknown { background: #eee; color: #444; border: 1px solid #bbb; font-weight: 600; font-size: 1em; }
 .banner.incomplete { background: #ffe5d0; color: #7a2e00; border: 3px solid #e8590c; }
+.banner.unsound { background: #d00000; color: #fff; border: 3px solid #7a0000; }
 .table-wrap { overflow-x: auto; }
 table { border-collapse: collapse; margin: 6px 0; font-size: 0.9em; background: #fff; }
 th, td { border: 1px solid #d8d8d8; padding: 4px 8px; text-align: right; white-space: nowrap; }
@@ -76,7 +77,7 @@ def _duration(started: Any, finished: Any) -> str | None:
 # missed operations and refused nodes (Flower runs) and a resume on other arithmetic are told in the notes;
 # the run directory's own name is the table's first row
 NOT_FACTS = {"title", "synthetic", "notes", "missed", "refused", "participation", "incomplete_sites", "flower_run",
-             "compute_changes", "version_changes", "run_dir"}
+             "compute_changes", "version_changes", "run_dir", "privacy_audit"}
 # labels of run.json keys every study writes (a study's known_facts put its own first)
 FACT_LABELS = {
     "study": "Study", "config_file": "Config file", "seeds": "Seeds", "methods": "Methods", "status": "Status",
@@ -166,6 +167,24 @@ def incomplete_text(run_info: Mapping[str, Any]) -> str | None:
             f"{status}); these numbers cover the finished units only. {how} continues the run.")
 
 
+def unsound_text(run_info: Mapping[str, Any]) -> str | None:
+    """What every output of a run whose privacy audit contradicts its accountant says first
+    (run.json's `privacy_audit`, `fedcare.privacy.report.audit_verdict`)."""
+    verdict = run_info.get("privacy_audit")
+    if not isinstance(verdict, Mapping) or verdict.get("sound") is not False:
+        return None
+    wrong = "; ".join(str(w) for w in verdict.get("unsound") or [])
+    return (f"PRIVACY AUDIT FAILED: the run's own canaries prove more leakage than its accountant's epsilon allows "
+            f"({wrong}). The DP implementation or its accounting is wrong: do not rely on this epsilon "
+            f"(docs/privacy.md, \"The one-run audit\").")
+
+
+def banner_texts(run_info: Mapping[str, Any]) -> list[str]:
+    """The warnings that head every output of a run (its tables, its printed summary): a failed
+    privacy audit, then an unfinished run."""
+    return [t for t in (unsound_text(run_info), incomplete_text(run_info)) if t]
+
+
 def incomplete_html(run_info: Mapping[str, Any]) -> str | None:
     """The report's banner for :func:`incomplete_text`."""
     text = incomplete_text(run_info)
@@ -239,4 +258,8 @@ def render_run_page(
         parts += [f'<h2 id="{esc(anchor)}">{esc(heading)}</h2>', content]
     parts.append('<h2 id="plots">Plots</h2>')
     parts += [figure_block(name, png, captions.get(name, name)) for name, png in plots.items()]
-    return render_page(page_title(run_info, run_dir_name), run_info.get("synthetic"), parts, incomplete_html(run_info))
+    unsound = unsound_text(run_info)
+    banners = [f'<div class="banner unsound" role="alert">{esc(unsound)}</div>' if unsound else None,
+               incomplete_html(run_info)]
+    return render_page(page_title(run_info, run_dir_name), run_info.get("synthetic"), parts,
+                       "\n".join(b for b in banners if b) or None)

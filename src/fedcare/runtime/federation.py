@@ -125,7 +125,10 @@ class Federation:
             info[DP_EPSILON] = max(epsilons)
         if self.reports_privacy:  # DP-SGD: each client's epsilon over the whole run so far, fine-tuning included
             spent = self.privacy_spent({c: train[c] for c in participants})
-            info[DP_EPSILON + "_clients"] = {str(c): s[DP_EPSILON] for c, s in sorted(spent.items())}
+            if any(DP_EPSILON in s for s in spent.values()):
+                info[DP_EPSILON + "_clients"] = {str(c): s[DP_EPSILON] for c, s in sorted(spent.items())}
+            if self.algorithm.auditor is not None:  # the one-run audit, from the same reports (canary scores)
+                info.update(self.algorithm.auditor(self.seed, spent))
         if skipped or over_budget:  # out of privacy budget: these clients did not train this round
             info["skipped"] = sorted(str(c) for c in [*skipped, *over_budget])
         if hasattr(self.server, "spent_per_client"):  # client-level DP: each client's epsilon so far
@@ -137,7 +140,8 @@ class Federation:
 
     @property
     def reports_privacy(self) -> bool:
-        """Whether a client half in the algorithm's chain of wrappers keeps a DP-SGD ledger."""
+        """Whether a client half in the algorithm's chain of wrappers reports on its privacy (a
+        DP-SGD ledger, the one-run audit's canary scores)."""
         client = self.algorithm.client
         while client is not None and not getattr(type(client), "reports_privacy", False):
             client = getattr(client, "inner", None)
@@ -145,7 +149,8 @@ class Federation:
 
     def privacy_spent(self, data: Mapping[ClientId, DataRef]) -> dict[ClientId, dict]:
         """Per client under DP-SGD: the epsilon it has spent over the whole run (every fit and
-        fine-tuning), its steps and noise multiplier, asked of the client (it holds the ledger)."""
+        fine-tuning), its steps and noise multiplier, asked of the client (it holds the ledger);
+        with the one-run audit, its canaries' scores."""
         return self.clients.evaluate(self.work(data), PRIVACY_METRICS)
 
     def evaluate(self, data: Mapping[ClientId, DataRef], metrics: str) -> dict[ClientId, dict]:

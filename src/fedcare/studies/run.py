@@ -141,6 +141,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         protocol.run()
         seconds = time.perf_counter() - t0
         records.sync()
+        _record_audit_verdict(partial)
         update_run_info(partial, **protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
                         notes=runtime.notes() + protocol.notes() + _diverged_notes(partial)
                         + _compute_notes(begun, changes)
@@ -158,6 +159,18 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             records.close()
         e.add_note(_stopped(run, e, keep_partial, checkpoint))
         raise
+
+
+def _record_audit_verdict(run_dir: Path) -> None:
+    """run.json's `privacy_audit` when the run had a one-run audit: whether every epsilon-hat is
+    within the accountant's epsilon; a contradiction is logged, never quiet."""
+    from fedcare.privacy.report import audit_verdict
+
+    verdict = audit_verdict(read_run_records(run_dir)[0])
+    if verdict is not None:
+        update_run_info(run_dir, privacy_audit=verdict)
+        if not verdict["sound"]:
+            log(run_dir, "PRIVACY AUDIT CONTRADICTS THE ACCOUNTANT: " + "; ".join(verdict["unsound"]))
 
 
 def _diverged_notes(run_dir: Path) -> list[str]:
@@ -266,25 +279,24 @@ def build_report(run_dir: Path) -> Path:
     """Write the tables, plots and report.html of a run directory (run.json's study; pain
     when run.json does not say) from its metrics.jsonl; returns report.html's path. An
     unfinished run's report says so at the top."""
-    from fedcare.privacy.report import privacy_notes, write_budget_table
-    from fedcare.report.html import incomplete_text
+    from fedcare.privacy.report import privacy_notes, write_privacy_tables
+    from fedcare.report.html import banner_texts
 
     study, run_info, notes = study_of_run(run_dir)
     page = study.build_report(Path(run_dir), run_info, notes + privacy_notes(run_dir))
-    write_budget_table(Path(run_dir))  # DP's per-client epsilon, whatever the study
-    banner = incomplete_text(run_info)
-    if banner:  # the tables say it too, as report.html does
+    write_privacy_tables(Path(run_dir))  # DP's per-client epsilon and the one-run audit, whatever the study
+    banners = banner_texts(run_info)
+    if banners:  # the tables say it too, as report.html does
         for table in sorted((Path(run_dir) / "tables").glob("*.md")):
-            atomic_write_text(table, f"**{banner}**\n\n{table.read_text()}")
+            atomic_write_text(table, "".join(f"**{b}**\n\n" for b in banners) + table.read_text())
     return page
 
 
 def summary_markdown(run_dir: Path) -> str:
     """The summary table of a run directory, in Markdown (under the INCOMPLETE line when the
     run did not finish)."""
-    from fedcare.report.html import incomplete_text  # the report stack: not in a site's process
+    from fedcare.report.html import banner_texts  # the report stack: not in a site's process
 
     study, run_info, _ = study_of_run(run_dir)
-    banner = incomplete_text(run_info)
     summary = study.summary_markdown(Path(run_dir))
-    return f"**{banner}**\n\n{summary}" if banner else summary
+    return "".join(f"**{b}**\n\n" for b in banner_texts(run_info)) + summary

@@ -27,7 +27,8 @@ class FacerecProtocol(StudyProtocol):
         self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.protocol.rounds
         self.audit = None
         privacy = self.config.privacy
-        if privacy is not None and privacy.audit is not None:  # [privacy.audit]: after each method's last round
+        # [privacy.audit]'s membership audit: after each method's last round
+        if privacy is not None and privacy.audit is not None and privacy.audit.membership:
             from fedcare.privacy.client_audit import ClientMembershipAudit
 
             self.audit = ClientMembershipAudit(self, privacy.audit)

@@ -41,7 +41,8 @@ class PainProtocol(StudyProtocol):
                                for seed, methods in self.plan.items())
         privacy = self.config.privacy
         self.audit = None
-        if privacy is not None and privacy.audit is not None and self.last_session >= 2:  # else nothing was trained
+        audit = privacy.audit if privacy is not None else None
+        if audit is not None and audit.membership and self.last_session >= 2:  # else nothing was trained
             from fedcare.studies.pain.audit import PainMembershipAudit
 
             self.audit = PainMembershipAudit(self, privacy.audit)

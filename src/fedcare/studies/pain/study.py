@@ -84,9 +84,11 @@ class PainStudy(Study):
         return Expectations(splits=("sessions",), labels=("no pain", "pain"), wanted={"sessions": ("pain",)})
 
     def check_deployable(self, name: str) -> None:
-        if self.config.privacy is not None and self.config.privacy.audit is not None:
-            raise ConfigError(f"{name}: privacy.audit runs in this process only (the peer view needs one client's "
-                              f"model and another's frames in one place); remove [privacy.audit] to run on Flower")
+        audit = self.config.privacy.audit if self.config.privacy is not None else None
+        if audit is not None and audit.membership:  # the one-run audits (canaries) run across sites too
+            raise ConfigError(f"{name}: privacy.audit runs in this process only (its membership audit's peer view "
+                              f"needs one client's model and another's frames in one place); remove [privacy.audit], "
+                              f"or keep only its one-run keys (canaries, canary_clients, confidence), to run on Flower")
         pooled = [m for m in self.config.methods if Method.parse(m).pools_data]
         if pooled:
             raise ConfigError(

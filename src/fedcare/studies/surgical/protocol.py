@@ -75,7 +75,8 @@ class SurgicalProtocol(StudyProtocol):
         per_seed = sum(len(c.clients) if m == "lot" else 1 for m in c.methods) * c.train.rounds
         self.units_total = len(c.seeds) * per_seed
         self.audit = None
-        if c.privacy is not None and c.privacy.audit is not None:  # [privacy.audit]: after each federation's last round
+        # [privacy.audit]'s membership audit: after each federation's last round
+        if c.privacy is not None and c.privacy.audit is not None and c.privacy.audit.membership:
             from fedcare.privacy.client_audit import ClientMembershipAudit
 
             self.audit = ClientMembershipAudit(self, c.privacy.audit)
