@@ -55,8 +55,9 @@ def test_each_canary_is_in_with_probability_one_half_from_the_auditors_seed():
     assert not np.array_equal(bits, canary_inclusion(7, 4, 4000))  # another client, other bits
     canaries = GradientCanaries(MLP(), 7, 3, M, norm=1.0)
     assert torch.equal(canaries.included, torch.from_numpy(bits[:M]))
-    flat = {(n, int(k)) for n, k in zip(canaries.names, canaries.offsets)}
+    flat = {(n, int(k)) for n, (_, offsets) in canaries.groups.items() for k in offsets}
     assert len(flat) == M  # distinct coordinates
+    assert sorted(int(i) for positions, _ in canaries.groups.values() for i in positions) == list(range(M))
     with pytest.raises(PrivacyError, match="the model has 705"):
         GradientCanaries(MLP(), 7, 3, 1000, norm=1.0)
 

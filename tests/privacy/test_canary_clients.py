@@ -52,8 +52,7 @@ def test_a_direction_the_model_never_saw_has_the_null_distribution():
     message, server = federation(1.0, seed=0)
     canaries = server.canaries
     change = message.tensors["w"].double() - canaries.start
-    out = np.array([float(change @ canaries.direction(i, D)) / float(change.norm())
-                    for i in np.flatnonzero(~canaries.included)])
+    out = (canaries.directions(D)[~canaries.included] @ change / change.norm()).numpy()
     assert len(out) > 150
     assert abs(out.mean()) < 3 / math.sqrt(D * len(out))
     assert out.var() * D == pytest.approx(1.0, rel=0.25)
@@ -84,6 +83,18 @@ def test_when_noise_dominates_the_estimate_approaches_the_exact_epsilon():
     assert np.mean(estimates) == pytest.approx(exact, rel=0.15)
 
 
+def test_the_kept_directions_are_those_drawn_each_round_when_too_many_to_keep(monkeypatch):
+    import fedcare.privacy.canary_clients as module
+
+    kept = CanaryClients(20, 3, 1e-5, 0.95).directions(100)
+    monkeypatch.setattr(module, "CACHED", 10)
+    drawn = CanaryClients(20, 3, 1e-5, 0.95)
+    assert drawn.directions(100) is None
+    vector = torch.randn(100, dtype=torch.float64)
+    torch.testing.assert_close(drawn.projections(vector), kept @ vector)
+    torch.testing.assert_close(kept.norm(dim=1), torch.ones(20, dtype=torch.float64))
+
+
 def test_the_canaries_join_before_the_noise_at_the_clipping_norm():
     """No noise, every real update 0: the model moves by exactly the included canaries' C u_i / m."""
     server = ClientDPServer(ServerHalf(weighting="uniform"), ClientDP(noise_multiplier=0.0, clipping_norm=2.0),
@@ -93,6 +104,6 @@ def test_the_canaries_join_before_the_noise_at_the_clipping_norm():
     after = server.aggregate(current, {0: Message({"w": torch.zeros(50)}, {NUM_EXAMPLES: 1.0}),
                                        1: Message({"w": torch.zeros(50)}, {NUM_EXAMPLES: 1.0})})
     canaries: CanaryClients = server.canaries
-    expected = sum(2.0 / 2 * canaries.direction(i, 50) for i in np.flatnonzero(canaries.included))
+    expected = 2.0 / 2 * canaries.directions(50)[canaries.included].sum(0)
     torch.testing.assert_close(after.tensors["w"].double(), expected, rtol=1e-5, atol=1e-6)
     assert 0 < canaries.included.sum() < 8

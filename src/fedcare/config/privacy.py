@@ -133,14 +133,6 @@ class Privacy(Strict):
     secure_aggregation: SecureAggregation | None = None
     audit: PrivacyAudit | None = None
 
-    @model_validator(mode="after")
-    def _canary_clients_need_client_dp(self) -> "Privacy":
-        if self.audit is not None and self.audit.canary_clients and self.client_dp is None:
-            raise ValueError("audit.canary_clients: canary clients join client-level DP's clipped updates, at its "
-                             "clipping norm and before its noise; add [privacy.client_dp] (noise_multiplier = 0 to "
-                             "audit a run without noise)")
-        return self
-
     @property
     def delta(self) -> float:
         """The delta the run's epsilon is reported at: DP-SGD's, else client-level DP's, else 1e-5."""

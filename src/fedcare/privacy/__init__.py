@@ -49,6 +49,10 @@ def private_algorithm(algorithm: Algorithm, privacy: Privacy | None) -> Algorith
         norm = dp.max_grad_norm if dp is not None and math.isfinite(dp.max_grad_norm) else 1.0  # C, else 1
         client, auditor = CanaryClient(client, audit.canaries, norm), CanaryAudit(audit.canaries, privacy.delta,
                                                                                   audit.confidence)
+    if audit is not None and audit.canary_clients and privacy.client_dp is None:
+        raise PrivacyError("privacy.audit.canary_clients: canary clients join client-level DP's clipped updates, at "
+                           "its clipping norm and before its noise; add [privacy.client_dp] (noise_multiplier = 0 "
+                           "audits a run without noise)")
     if privacy.client_dp is not None and not isinstance(server, ClientDPServer):
         if algorithm.pooled:
             raise PrivacyError(f"privacy.client_dp: {algorithm.name} has one participant holding all the data; "

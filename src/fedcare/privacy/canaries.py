@@ -72,8 +72,10 @@ class GradientCanaries:
         flat = numpy_rng(seed, "canaries", client, "coordinates").choice(d, m, replace=False)
         owner = np.searchsorted(np.cumsum(sizes), flat, side="right")  # the parameter each coordinate is in
         starts = np.r_[0, np.cumsum(sizes)[:-1]]
-        self.names = [params[i][0] for i in owner]
-        self.offsets = torch.from_numpy(flat - starts[owner])
+        # per parameter: which canaries sit in it (their positions in canary order) and where
+        self.groups = {params[i][0]: (torch.from_numpy(np.flatnonzero(owner == i)),
+                                      torch.from_numpy(flat[owner == i] - starts[i])) for i in np.unique(owner)}
+        self.m = m
         self.included = torch.from_numpy(canary_inclusion(seed, client, m))
         self.norm = norm
         self.rate = 0.0
@@ -82,20 +84,23 @@ class GradientCanaries:
     def read(self, model: nn.Module) -> torch.Tensor:
         """The model's value at each canary's coordinate (float64, on the host)."""
         params = dict(model.named_parameters())
-        return torch.tensor([float(params[n].detach().flatten()[int(k)]) for n, k in zip(self.names, self.offsets)],
-                            dtype=torch.float64)
+        values = torch.zeros(self.m, dtype=torch.float64)
+        for name, (positions, offsets) in self.groups.items():
+            values[positions] = params[name].detach().flatten().cpu().double()[offsets]
+        return values
 
     def step(self, named: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """This step's canary gradients, summed per trained parameter: each included canary joins
         with probability `rate`; a canary whose parameter is not in `named` sits the step out."""
-        joined = (torch.rand(len(self.included), generator=self.generator) < self.rate) & self.included
+        joined = (torch.rand(self.m, generator=self.generator) < self.rate) & self.included
         out: dict[str, torch.Tensor] = {}
-        for i in joined.nonzero().flatten().tolist():
-            name = self.names[i]
-            if name in named:
-                grad = out.setdefault(name, torch.zeros(named[name].numel(), dtype=named[name].dtype))
-                grad[int(self.offsets[i])] += self.norm
-        return {n: g.reshape(named[n].shape).to(named[n].device) for n, g in out.items()}
+        for name, (positions, offsets) in self.groups.items():
+            here = offsets[joined[positions]]
+            if name in named and len(here):
+                grad = torch.zeros(named[name].numel(), dtype=named[name].dtype)
+                grad[here] = self.norm  # distinct coordinates: one canary each
+                out[name] = grad.reshape(named[name].shape).to(named[name].device)
+        return out
 
 
 class PlainCanaryHook:

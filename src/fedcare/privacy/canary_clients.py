@@ -4,7 +4,7 @@ for federated learning", arXiv 2302.03098.
 
 The server (`fedcare.privacy.client_dp.ClientDPServer`) simulates k canary clients. Canary i's
 update is a fixed random direction u_i (uniform on the unit sphere of the shared floating-point
-tensors, drawn from (run seed, "canary-clients", i)) at the clipping norm C. Each canary is in the
+tensors, drawn in turn from one generator of (run seed, "canary-clients", "directions")) at the clipping norm C. Each canary is in the
 federation independently with probability 1/2 (run seed, "canary-clients", "included"); an
 included one takes part in every round: its C u_i joins the sum of the clipped real updates
 before the noise, divided by the same number of replies (a participant like the others, within
@@ -29,12 +29,13 @@ since the first round and every canary's direction. Two numbers from them:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from fedcare.privacy.one_run import audit
-from fedcare.seeding import numpy_rng, torch_generator
+from fedcare.seeding import numpy_rng
 
 CACHED = 1 << 25  # the directions are kept (k d float64 values, 256 MiB at most), else drawn each time
 AUDIT_PREFIX = "client_dp_audit_"  # the round's scalars (the federation copies "client_dp_*" into its info)
@@ -64,24 +65,42 @@ class CanaryClients:
         self.k, self.seed, self.delta, self.confidence = k, seed, delta, confidence
         self.included = numpy_rng(seed, "canary-clients", "included").random(k) < 0.5
         self.start: torch.Tensor | None = None  # the shared floating-point tensors before the first round
-        self._directions: dict[int, torch.Tensor] = {}
+        self._directions: torch.Tensor | None = None  # (k, d), kept when small enough (`CACHED`)
 
-    def direction(self, i: int, d: int) -> torch.Tensor:
-        if i in self._directions:
-            return self._directions[i]
-        u = torch.randn(d, generator=torch_generator(self.seed, "canary-clients", i), dtype=torch.float64)
-        u /= u.norm()
-        if self.k * d <= CACHED:  # drawn again each round otherwise (memory over time)
-            self._directions[i] = u
-        return u
+    def _rows(self, d: int) -> Iterator[torch.Tensor]:
+        """Every canary's unit direction in d dimensions, in order, from one generator."""
+        rng = numpy_rng(self.seed, "canary-clients", "directions")
+        for _ in range(self.k):
+            u = torch.from_numpy(rng.standard_normal(d))
+            yield u / u.norm()
+
+    def directions(self, d: int) -> torch.Tensor | None:
+        """The (k, d) directions, drawn once and kept when small enough (`CACHED`); None otherwise
+        (they are drawn again each round: memory over time). One draw of k x d normals gives the
+        rows `_rows` draws one by one (numpy fills in order)."""
+        if self._directions is None and self.k * d <= CACHED:
+            u = torch.from_numpy(numpy_rng(self.seed, "canary-clients", "directions").standard_normal((self.k, d)))
+            self._directions = u / u.norm(dim=1, keepdim=True)
+        return self._directions
+
+    def projections(self, vector: torch.Tensor) -> torch.Tensor:
+        """<vector, u_i> for every canary i."""
+        kept = self.directions(len(vector))
+        if kept is not None:
+            return kept @ vector
+        return torch.stack([u @ vector for u in self._rows(len(vector))])
 
     def added(self, flat: torch.Tensor, clipping_norm: float, replies: int) -> torch.Tensor:
         """`flat` (the averaged update, float64) with the included canaries' C u_i / replies added."""
         if self.start is None:
             raise RuntimeError("canary clients: `begin` before the first round")
+        weights = torch.from_numpy(self.included.astype(np.float64)) * (clipping_norm / replies)
+        kept = self.directions(len(flat))
+        if kept is not None:
+            return flat + weights @ kept
         out = flat.clone()
-        for i in np.flatnonzero(self.included):
-            out += clipping_norm / replies * self.direction(int(i), len(flat))
+        for w, u in zip(weights, self._rows(len(flat))):
+            out += w * u
         return out
 
     def begin(self, flat: torch.Tensor) -> None:
@@ -93,8 +112,7 @@ class CanaryClients:
         of the accountant's claim `epsilon` (NaN without one), as message scalars."""
         change = flat - self.start
         size = float(change.norm())
-        d = len(flat)
-        cosines = np.array([float(change @ self.direction(i, d)) / size if size > 0 else 0.0 for i in range(self.k)])
+        cosines = (self.projections(change) / size).numpy() if size > 0 else np.zeros(self.k)
         bound = audit(cosines, self.included, self.delta, self.confidence, epsilon)
         return {AUDIT_PREFIX + "epsilon_hat": bound.epsilon_hat,
                 AUDIT_PREFIX + "estimate": estimate(cosines[self.included], self.delta),

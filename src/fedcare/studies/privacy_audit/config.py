@@ -35,6 +35,16 @@ class AuditProtocol(Strict):
     # that the planned fit epochs (rounds x local epochs) spend this epsilon at `delta`; a client
     # stops before a step would cross it (PFDL's fine-tuning, not planned for, ends early)
     target_epsilon: float | None = Field(None, gt=0)
+    # the one-run audit of client-level DP ([privacy.audit] canary_clients): FedAvg under DP-FedAvg
+    # without noise (clipping only) and at each of these noise multipliers, clipped to this norm
+    client_dp_noise_multipliers: list[float] = Field(default_factory=lambda: [1.0, 3.0])
+    client_dp_clipping_norm: float = Field(1.0, gt=0)
+    # the one-run audits, as [privacy.audit] in the other studies (0: none): gradient canaries per
+    # client in one run of each DP-SGD case (none and each noise multiplier); canary clients in one
+    # run of FedAvg under client-level DP per level; epsilon-hat at audit_confidence
+    canaries: int = Field(0, ge=0)
+    canary_clients: int = Field(0, ge=0)
+    audit_confidence: float = Field(0.95, gt=0, lt=1)
 
     @model_validator(mode="after")
     def _positive_noise(self) -> "AuditProtocol":
@@ -42,6 +52,9 @@ class AuditProtocol(Strict):
             raise ValueError("protocol.shadow_models: LiRA needs at least 2 (a variance from one model), or 0 for none")
         if any(s <= 0 for s in self.noise_multipliers):
             raise ValueError("protocol.noise_multipliers: each must be > 0 (the plain run is always audited)")
+        if any(s <= 0 for s in self.client_dp_noise_multipliers):
+            raise ValueError("protocol.client_dp_noise_multipliers: each must be > 0 (the run without noise is always "
+                             "audited)")
         if len(set(self.noise_multipliers)) != len(self.noise_multipliers):
             raise ValueError("protocol.noise_multipliers: each level once")
         return self
@@ -81,6 +94,8 @@ class PrivacyAuditExperiment(Experiment):
     @model_validator(mode="after")
     def _no_privacy_table(self) -> "PrivacyAuditExperiment":
         if self.privacy is not None:
-            raise ValueError("privacy: the privacy_audit study applies DP-SGD itself, at each of "
-                             "protocol.noise_multipliers; a [privacy] table does not apply to it")
+            raise ValueError("privacy: the privacy_audit study applies DP-SGD and client-level DP itself, at each of "
+                             "protocol.noise_multipliers and protocol.client_dp_noise_multipliers, and its one-run "
+                             "audits with protocol.canaries and protocol.canary_clients; a [privacy] table does not "
+                             "apply to it")
         return self

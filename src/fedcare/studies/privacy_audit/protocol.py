@@ -23,6 +23,7 @@ generators), so a resumed run's records are byte-identical to an uninterrupted o
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -32,7 +33,9 @@ from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy import private_model
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
-from fedcare.studies.privacy_audit.methods import Level, algorithm_name, budget_of, cases, dp_sgd, level_label
+from fedcare.studies.privacy_audit.methods import (
+    Level, algorithm_name, budget_of, cases, dp_sgd, level_label, one_run_cases, one_run_label, one_run_name,
+)
 from fedcare.tasks import BINARY
 
 AUDIT, INVERSION, FRAMES = "audit", "inversion", "inversion_frames"  # record types
@@ -45,7 +48,8 @@ class PrivacyAuditProtocol(StudyProtocol):
         super().__init__(*args, **kwargs)
         from fedcare.studies.privacy_audit.inversion import CASES
 
-        self.units_total = len(self.config.seeds) * (len(cases(self.config)) + len(CASES))
+        self.units_total = len(self.config.seeds) * (len(cases(self.config)) + len(one_run_cases(self.config))
+                                                     + len(CASES))
 
     def facts(self) -> dict:
         d = self.config.data
@@ -60,6 +64,11 @@ class PrivacyAuditProtocol(StudyProtocol):
                     self.record(AUDIT, seed=seed, privacy=label, sigma=sigma, target_epsilon=budget_of(level),
                                 **self.audit(seed, method, level))
                     self.finish_unit(f"seed {seed}: {method}, {label}", seed, label, method)
+            for protection, sigma, method in one_run_cases(self.config):
+                label = one_run_label(protection, sigma)
+                if not self.finished(seed, "one-run", label, method):
+                    self.one_run(seed, protection, sigma, method)
+                    self.finish_unit(f"seed {seed}: one-run audit of {method}, {label}", seed, "one-run", label, method)
             self.invert(seed)
 
     # -- membership inference -----------------------------------------------------------
@@ -69,16 +78,18 @@ class PrivacyAuditProtocol(StudyProtocol):
         from fedcare.algorithms.training import predict
         from fedcare.privacy.audit import attack_power, attack_scores, per_example_losses
         from fedcare.privacy.lira import logit_confidence, offline_scores
+        from fedcare.privacy.rmia import probabilities, scores as rmia_scores
 
         clients = sorted(self.runtime.summaries())
         sets = {c: tuple(self.runtime.pool({c: f"{kind}/{seed}"}) for kind in ("train", "test")) for c in clients}
 
-        def losses(view: str, federation) -> dict[int, tuple]:
-            """Per client, its (members', held-out) losses under its own or its peer's model."""
+        def losses(view: str, federation, of: dict | None = None) -> dict[int, tuple]:
+            """Per client, the losses of its sets `of` (default: members, held-out) under its own or
+            its peer's model."""
             out = {}
             for i, c in enumerate(clients):  # one working model: each personal model is used before the next
                 model = federation.personal_model(c if view == "own" else clients[(i + 1) % len(clients)])
-                out[c] = tuple(per_example_losses(model, data, BINARY) for data in sets[c])
+                out[c] = tuple(per_example_losses(model, data, BINARY) for data in (of or sets)[c])
             return out
 
         info, federation = self.train_case(seed, method, sigma, "train", seed)
@@ -93,10 +104,17 @@ class PrivacyAuditProtocol(StudyProtocol):
             scores, _ = predict(federation.personal_model(c), sets[c][1], BINARY)
             accuracy.append(float(((scores > 0.5).float() == sets[c][1].y).float().mean()))
         shadows = {view: [] for view in target}
+        # RMIA's population: each client's second public pool, in neither the target nor the reference model
+        population = {c: (self.runtime.pool({c: f"shadow2/{seed}"}),) for c in clients} \
+            if self.config.protocol.shadow_models >= 2 else {}
+        target_population = {view: losses(view, federation, population) for view in target} if population else {}
+        reference_population = {}
         for s in range(1, self.config.protocol.shadow_models + 1):
             _, shadow = self.train_case(seed, method, sigma, f"shadow{s}", derive_seed(seed, "lira-shadow", s))
             for view in shadows:
                 shadows[view].append(losses(view, shadow))
+            if s == 1 and population:  # the first shadow federation is RMIA's one reference model
+                reference_population = {view: losses(view, shadow, population) for view in target}
         result = {}
         for view in ("peer", "own"):
             loss = [attack_scores(*target[view][c]) for c in clients]
@@ -113,27 +131,65 @@ class PrivacyAuditProtocol(StudyProtocol):
                 result |= {f"{view}_lira_auc": float(np.mean([r.auc for r in lira])),
                            f"{view}_lira_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in lira])),
                            f"{view}_lira_tpr_01pct": float(np.mean([r.tpr_at_01pct_fpr for r in lira]))}
+            if reference_population:
+                attacks = []
+                for c in clients:
+                    z = (probabilities(target_population[view][c][0]), probabilities(reference_population[view][c][0]))
+                    members, held_out = (rmia_scores(probabilities(target[view][c][k]),
+                                                     probabilities(shadows[view][0][c][k]), *z) for k in (0, 1))
+                    attacks.append(attack_power(members, held_out))
+                result |= {f"{view}_rmia_auc": float(np.mean([r.auc for r in attacks])),
+                           f"{view}_rmia_tpr_1pct": float(np.mean([r.tpr_at_1pct_fpr for r in attacks])),
+                           f"{view}_rmia_tpr_01pct": float(np.mean([r.tpr_at_01pct_fpr for r in attacks]))}
         # the largest over the clients, whole run: PFDL's fine-tuning after the last round counts too
         epsilon = max(s[DP_EPSILON] for s in spent.values()) if spent else info.get(DP_EPSILON)
         return {"method": method, "epsilon": epsilon, **({"epsilon_note": NO_EPSILON} if epsilon is None else {}),
                 "accuracy": float(np.mean(accuracy)), **result, "shadow_models": self.config.protocol.shadow_models,
                 "clients": len(clients), "members": self.config.data.train, "non_members": self.config.data.test}
 
-    def train_case(self, seed: int, method: str, sigma: Level, data: str, own_seed: int):
+    def train_case(self, seed: int, method: str, sigma: Level, data: str, own_seed: int, name: str | None = None):
         """(last round's info with each client's skipped rounds, federation) of the case's method at its level after
         `protocol.rounds` rounds on each client's `<data>/<seed>` set; `own_seed` seeds its
         randomness (torch's global generator for the model's init, for this federation only;
-        batches and DP-SGD's noise): the run seed for the target, a derived one per shadow."""
+        batches and DP-SGD's noise): the run seed for the target, a derived one per shadow.
+        `name`: another algorithm of the same model (the one-run audit's)."""
         clients = sorted(self.runtime.summaries())
         with torch.random.fork_rng():
             torch.manual_seed(own_seed)
             model = private_model(self.study.new_model(), dp_sgd(sigma, self.config))
-            federation = self.runtime.federation(model, algorithm_name(method, sigma), own_seed)
+            federation = self.runtime.federation(model, name or algorithm_name(method, sigma), own_seed)
             info, skipped = {}, Counter()
             for rnd in range(1, self.config.protocol.rounds + 1):
                 info = federation.run_round("train", rnd, {c: f"{data}/{seed}" for c in clients})
                 skipped.update(info.get("skipped", []))  # out of budget: these clients did not train this round
         return {**info, "skipped_rounds": dict(skipped)}, federation
+
+    # -- the one-run audits -----------------------------------------------------------------
+    def one_run(self, seed: int, protection: str, sigma: float | None, method: str) -> None:
+        """One training run of the case with its canaries (DP-SGD's level) or canary clients
+        (client-level DP), then its epsilon-hat per client and pooled beside the accountant's
+        epsilon: "epsilon_audit" records (`fedcare.privacy.report`)."""
+        from fedcare.privacy.canaries import DP_AUDIT
+        from fedcare.privacy.canary_clients import AUDIT_PREFIX
+        from fedcare.privacy.client_dp import CLIENT_DP_EPSILON
+        from fedcare.privacy.report import EPSILON_AUDIT
+
+        label = one_run_label(protection, sigma)
+        info, _ = self.train_case(seed, method, sigma if protection == "dp_sgd" else None, "train", seed,
+                                  one_run_name(protection, sigma, method))
+        point = {"seed": seed, "method": f"{method} ({label})", "privacy": label, "level": protection}
+        if protection == "dp_sgd":
+            audit = info[DP_AUDIT]
+            for client, result in [("pooled", audit["pooled"]), *sorted(audit["clients"].items())]:
+                self.record(EPSILON_AUDIT, **point, client=client, estimate=None, **result)
+        else:
+            got = {k.removeprefix(AUDIT_PREFIX): v for k, v in info.items() if k.startswith(AUDIT_PREFIX)}
+            eps = info[CLIENT_DP_EPSILON]
+            self.record(EPSILON_AUDIT, **point, client="pooled", delta=self.config.protocol.delta,
+                        epsilon=None if math.isinf(eps) else eps,
+                        epsilon_hat=got["epsilon_hat"], estimate=got["estimate"], m=int(got["m"]), r=int(got["r"]),
+                        v=int(got["v"]), confidence=got["confidence"],
+                        p_value=None if math.isnan(got["p_value"]) else got["p_value"])
 
     def record_budget(self, seed: int, case: str, spent: dict, target: float | None, skipped: dict) -> None:
         from fedcare.privacy.report import BUDGET  # the report stack only when a DP case runs (not at a site)

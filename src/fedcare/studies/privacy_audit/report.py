@@ -30,6 +30,8 @@ AUDIT_COLUMNS = ["privacy", "method", "epsilon", "accuracy", "peer_auc", "peer_t
                  "own_auc", "own_tpr_1pct", "own_tpr_01pct"]
 LIRA_COLUMNS = ["privacy", "method", "epsilon", "peer_lira_auc", "peer_lira_tpr_1pct", "peer_lira_tpr_01pct",
                 "own_lira_auc", "own_lira_tpr_1pct", "own_lira_tpr_01pct"]
+RMIA_COLUMNS = ["privacy", "method", "epsilon", "peer_rmia_auc", "peer_rmia_tpr_1pct", "peer_rmia_tpr_01pct",
+                "own_rmia_auc", "own_rmia_tpr_1pct", "own_rmia_tpr_01pct"]
 INVERSION_COLUMNS = ["case", "observed_tensors", "psnr", "ssim"]
 KNOWN_FACTS = [
     ("study", "Study"), ("config_file", "Config file"), ("seeds", "Seeds"), ("methods", "Methods"),
@@ -44,17 +46,17 @@ PLOT_CAPTIONS = {
 }
 
 
-def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
-    """(audit, inversion, inversion_frames, privacy_budget) records; ValueError when there is
-    neither audit nor inversion."""
-    from fedcare.privacy.report import BUDGET
+def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict], list[dict], list[dict]]:
+    """(audit, inversion, inversion_frames, privacy_budget, epsilon_audit) records; ValueError
+    when there is neither audit nor inversion."""
+    from fedcare.privacy.report import BUDGET, EPSILON_AUDIT
 
     records, _ = read_run_records(run_dir)
-    audit, inversion, frames, budget = ([r for r in records if r.get("type") == kind]
-                                        for kind in (AUDIT, INVERSION, FRAMES, BUDGET))
+    audit, inversion, frames, budget, epsilon_audit = ([r for r in records if r.get("type") == kind]
+                                                       for kind in (AUDIT, INVERSION, FRAMES, BUDGET, EPSILON_AUDIT))
     if not audit and not inversion:
         raise ValueError(f"{Path(run_dir) / METRICS_FILE}: no audit or inversion records")
-    return audit, inversion, frames, budget
+    return audit, inversion, frames, budget, epsilon_audit
 
 
 def _fmt(v: Any) -> str:
@@ -94,6 +96,21 @@ def lira_table(audit: list[dict]) -> Table | None:
                   f"{low_fpr_note(first['non_members'])}Synthetic images, not patients.", LIRA_COLUMNS, rows)
 
 
+def rmia_table(audit: list[dict]) -> Table | None:
+    """RMIA's power per case with one reference model; None when no case ran it."""
+    rows = [{**r, "epsilon": math.inf if r["epsilon"] is None else r["epsilon"]} for r in audit if "own_rmia_auc" in r]
+    if not rows:
+        return None
+    first = rows[0]
+    return _table("privacy_rmia", "Membership inference (RMIA, one reference model) vs DP-SGD, synthetic data",
+                  f"RMIA (Zarifzadeh, Liu & Shokri 2024), offline, a = 0.3, gamma = 1: the reference model is the first "
+                  f"shadow federation's (trained like the case on every client's public pool), the population each "
+                  f"client's second public pool (in neither model); mean over {first['clients']} clients of "
+                  f"{first['members']} members and {first['non_members']} non-members. Compare with LiRA's table, "
+                  f"which uses all {first['shadow_models']} shadow federations. "
+                  f"{low_fpr_note(first['non_members'])}Synthetic images, not patients.", RMIA_COLUMNS, rows)
+
+
 def low_fpr_note(non_members: int) -> str:
     """What a TPR at FPR 1% / 0.1% can mean with this many non-members per client."""
     reads = [f"{rate}%" for rate, n in (("1", 100), ("0.1", 1000)) if non_members < n]
@@ -115,14 +132,19 @@ def inversion_table(inversion: list[dict], frames: list[dict]) -> Table:
                   f"{'one seed' if seeds == 1 else f'{seeds} seeds'}.", INVERSION_COLUMNS, inversion)
 
 
-def tables(audit: list[dict], inversion: list[dict], frames: list[dict], budget: list[dict] = ()) -> dict[str, Table]:
-    from fedcare.privacy.report import budget_table
+def tables(audit: list[dict], inversion: list[dict], frames: list[dict], budget: list[dict] = (),
+           epsilon_audit: list[dict] = ()) -> dict[str, Table]:
+    from fedcare.privacy.report import EPSILON_AUDIT, audit_table as epsilon_audit_table, budget_table
 
     found = {}
     if audit:
         found["privacy_audit"] = audit_table(audit)
         if (lira := lira_table(audit)) is not None:
             found["privacy_lira"] = lira
+        if (rmia := rmia_table(audit)) is not None:
+            found["privacy_rmia"] = rmia
+    if epsilon_audit:
+        found[EPSILON_AUDIT] = epsilon_audit_table(list(epsilon_audit))
     if budget and budget_table(list(budget)) is not None:
         found["privacy_budget"] = budget_table(list(budget))
     if inversion:
@@ -192,6 +214,13 @@ HOW_TO_READ = [
     "how confident shadow models trained the same way without it are: a hard example the model is sure of gives it "
     "away even when its loss is not the lowest. Stronger than the loss attack, above all at low FPR; still a lower "
     "bound on leakage.",
+    "<b>RMIA.</b> The robust membership inference attack (Zarifzadeh et al. 2024) divides the model's probability "
+    "of each example by what one reference model (the first shadow federation) gives it, and ranks it against "
+    "population examples neither model trained on: strong at low FPR with a single reference model.",
+    "<b>epsilon-hat.</b> The one-run audit's lower bound on epsilon at 95% confidence, from canaries inserted in "
+    "one training run of each case (gradient canaries for DP-SGD, canary clients for client-level DP): what the "
+    "run itself proves it leaks at least, beside what the accountant claims at most (epsilon). epsilon-hat above "
+    "epsilon would mean a broken implementation or accounting; a small epsilon-hat is not a proof of privacy.",
     "<b>epsilon.</b> DP-SGD's sample-level guarantee at the experiment's delta over the whole case (every fit and "
     "fine-tuning, Poisson-sampled batches), the largest over the clients, each client's in the budget table; inf: "
     "no DP-SGD, no bound.",
@@ -209,7 +238,10 @@ def render_page(run_info: Mapping[str, Any], tables_: Mapping[str, Table], plots
     if "privacy_audit" in tables_:
         sections.append(("membership", "Membership inference", "Membership inference vs DP-SGD",
                          table_block(tables_["privacy_audit"])
-                         + (table_block(tables_["privacy_lira"]) if "privacy_lira" in tables_ else "")))
+                         + "".join(table_block(tables_[t]) for t in ("privacy_lira", "privacy_rmia") if t in tables_)))
+    if "epsilon_audit" in tables_:
+        sections.append(("epsilon-audit", "Audit of epsilon", "The accountant's epsilon and the audit's epsilon-hat",
+                         table_block(tables_["epsilon_audit"])))
     if "privacy_budget" in tables_:
         sections.append(("budget", "Privacy budget", "Privacy budget: epsilon spent per client",
                          table_block(tables_["privacy_budget"])))
@@ -224,8 +256,8 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any] | None = None, notes
     """Write the tables, plots and report.html of a privacy audit run; returns report.html's path."""
     run_dir = Path(run_dir)
     run_info = dict(run_info or {})
-    audit, inversion, frames, budget = _records(run_dir)
-    found = tables(audit, inversion, frames, budget)
+    audit, inversion, frames, budget, epsilon_audit = _records(run_dir)
+    found = tables(audit, inversion, frames, budget, epsilon_audit)
     plots = {}
     if audit:
         plots["membership_auc"] = membership_plot(audit)
