@@ -22,7 +22,9 @@ from fedcare.cli import app
 SHRINK = ["protocol.rounds=1", 'methods=["local", "FedBN"]', "protocol.noise_multipliers=[1.5]", "inversion.steps=2",
           "data.clients=3", "data.train=16", "data.test=16", "protocol.shadow_models=2"]
 SETS = [a for s in SHRINK for a in ("--set", s)]
-UNITS = 4 + 5  # local and FedBN plain, local under DP-SGD and within the demo's budget; the five inversion cases
+# local and FedBN plain, local under DP-SGD and within the demo's budget; the one-run audits with canaries of local
+# and FedBN plain and local under DP-SGD (no FedAvg: no client-level case); the five inversion cases
+UNITS = 4 + 3 + 5
 AUDIT_HEADER = ("| privacy | method | epsilon | accuracy | peer_auc | peer_tpr_1pct | peer_tpr_01pct | own_auc | "
                 "own_tpr_1pct | own_tpr_01pct |")
 LIRA_HEADER = ("| privacy | method | epsilon | peer_lira_auc | peer_lira_tpr_1pct | peer_lira_tpr_01pct | own_lira_auc | "
@@ -81,6 +83,28 @@ def test_every_path_the_demo_cites_exists(demo):
     assert again.exit_code == 0 and (out / "tables" / "privacy_audit.csv").read_bytes() == before
 
 
+def test_the_one_run_audit_puts_epsilon_hat_beside_epsilon_and_rmia_beside_lira(demo):
+    result, out = demo
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in records if r["type"] == "epsilon_audit"]
+    # local and FedBN plain, local under DP-SGD sigma 1.5: pooled and each of the 3 clients
+    assert {(r["method"], r["client"]) for r in rows} == {
+        (m, c) for m in ("local (none)", "FedBN (none)", "local (DP sigma=1.5)") for c in ("pooled", "0", "1", "2")}
+    for r in rows:
+        assert r["m"] == (3000 if r["client"] == "pooled" else 1000) and 0 <= r["v"] <= r["r"] <= r["m"]
+        if r["privacy"] == "none":
+            assert r["epsilon"] is None and r["p_value"] is None
+        else:  # the accountant's epsilon of the audited run, and a bound within it
+            assert 0 < r["epsilon_hat"] <= r["epsilon"] and r["p_value"] > 0.05
+    assert json.loads((out / "run.json").read_text())["privacy_audit"] == {
+        "sound": True, "claims_tested": 4, "confidence": 0.95, "unsound": []}
+    table = (out / "tables" / "epsilon_audit.md").read_text()
+    assert "| local (DP sigma=1.5) | example (gradient canaries) | pooled |" in table
+    assert "PRIVACY AUDIT FAILED" not in (out / "report.html").read_text()
+    assert "| privacy | method | epsilon | peer_rmia_auc |" in result.stdout  # RMIA, the first shadow as reference
+    assert all(0 <= r["own_rmia_auc"] <= 1 for r in records if r["type"] == "audit")
+
+
 def test_the_run_directory_is_strict_json(demo):
     _, out = demo
     for path in out.glob("*.json"):
@@ -129,7 +153,7 @@ def test_a_stopped_demo_keeps_its_run_directory_and_resumes(demo, tmp_path, monk
     partial = tmp_path / "run.partial"
     assert said in stopped.output and f"continue with: fedcare resume {partial}" in stopped.output
     info = json.loads((partial / "run.json").read_text())
-    assert info["status"] == status and info["progress"] == {"units_done": 5, "units_total": UNITS}
+    assert info["status"] == status and info["progress"] == {"units_done": 8, "units_total": UNITS}
     monkeypatch.undo()
     resumed = CliRunner().invoke(app, ["resume", str(partial)])
     assert resumed.exit_code == 0, resumed.output
@@ -158,7 +182,7 @@ def test_a_native_crash_is_reported_not_taken_for_an_interruption(tmp_path):
     assert "Fatal Python error: Segmentation fault" in proc.stderr
     assert "in invert" in proc.stderr  # where Python was: the protocol's inversion unit
     info = json.loads((tmp_path / "run.partial" / "run.json").read_text())
-    assert info["progress"]["units_done"] == 4  # the audit's units are kept for `fedcare resume`
+    assert info["progress"]["units_done"] == 7  # the audit's units are kept for `fedcare resume`
     assert (tmp_path / "run.partial" / "checkpoint.pt").is_file()
 
 
