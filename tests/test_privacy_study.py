@@ -77,6 +77,16 @@ def test_privacy_on_flowers_simulation_engine_equals_the_simulator(toy, tmp_path
 
 
 @pytest.mark.timeout(300)
+def test_the_one_run_audits_on_flowers_simulation_engine_equal_the_simulator(toy, tmp_path):
+    """Gradient canaries at the sites (their scores in each site's privacy report) and canary
+    clients at the server: the same epsilon-hat, bit for bit, in both runtimes."""
+    got, expected = toy_both_ways(tmp_path, PRIVACY + "[privacy.audit]\ncanaries = 20\ncanary_clients = 30\n")
+    fedavg = [r for r in expected if r["type"] == "round" and r["method"] == "fedavg"]
+    assert fedavg and all("dp_audit" in r and "client_dp_audit_epsilon_hat" in r for r in fedavg)
+    assert got == expected
+
+
+@pytest.mark.timeout(300)
 def test_dp_sgd_on_flower_equals_the_simulator(tmp_path):
     """DP-SGD at the sites: the GroupNorm model, the noise and each client's ledger (in
     Flower's Context.state) give the simulator's records, epsilon included, bit for bit."""

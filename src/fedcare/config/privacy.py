@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -103,22 +103,28 @@ class PrivacyAudit(Strict):
       it (`Experiment.offers_membership_audit`): after each federation's training, every client's
       training examples against examples it never trained on, from its own model and a peer's
       (the pain study also the server's); in this process only. It runs when the section sets a
-      membership key or no one-run key (`membership`).
+      membership key or no one-run key, or as `membership` says.
     - The one-run audits, in any study, in both runtimes: `canaries` gradient canaries per client
       (example level, `fedcare.privacy.canaries`) and `canary_clients` canary clients at the
       server (client level, needs `[privacy.client_dp]`, `fedcare.privacy.canary_clients`): an
       empirical lower bound epsilon-hat at `confidence` beside the accountant's epsilon, each round."""
 
+    # whether the membership audit (the loss attack) runs; unset: when the section sets a membership
+    # key, or no one-run key (written out with the resolved config, so a resumed run decides alike)
+    membership: bool = True
     max_per_set: int = Field(200, ge=10)  # membership: members (and as many non-members) per client, at most
     server_epochs: int = Field(3, ge=1)  # membership: epochs the server fits a split model's private part on its own data
     canaries: int = Field(0, ge=0)  # gradient canaries per client, each in its data with probability 1/2; 0: none
     canary_clients: int = Field(0, ge=0)  # canary clients at the server (client-level DP), each in with probability 1/2
     confidence: float = Field(0.95, gt=0, lt=1)  # epsilon-hat is a lower bound at this confidence
 
-    @property
-    def membership(self) -> bool:
-        """Whether the membership audit (loss attack) runs: a membership key is set, or no one-run audit is asked."""
-        return bool(self.model_fields_set & MEMBERSHIP_KEYS) or not (self.canaries or self.canary_clients)
+    @model_validator(mode="before")
+    @classmethod
+    def _membership_by_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "membership" not in data:
+            one_run = data.get("canaries") or data.get("canary_clients")
+            data = {**data, "membership": bool(MEMBERSHIP_KEYS & set(data)) or not one_run}
+        return data
 
 
 MembershipAudit = PrivacyAudit  # its name before the one-run audits

@@ -82,33 +82,40 @@ def audit_table(audit: list[dict]) -> Table:
                   f"{low_fpr_note(first['non_members'])}Synthetic images, not patients.", AUDIT_COLUMNS, rows)
 
 
-def lira_table(audit: list[dict]) -> Table | None:
-    """Offline LiRA's power per case; None when no case ran shadow models."""
-    rows = [{**r, "epsilon": math.inf if r["epsilon"] is None else r["epsilon"]} for r in audit if "own_lira_auc" in r]
+def _attack_table(audit: list[dict], attack: str, name: str, title: str, columns: list[str], describe) -> Table | None:
+    """An attack's power per case (the records' `own_<attack>_auc` and the like); None when no
+    case ran it. `describe(first record)`: the caption's account of the attack."""
+    rows = [{**r, "epsilon": math.inf if r["epsilon"] is None else r["epsilon"]} for r in audit
+            if f"own_{attack}_auc" in r]
     if not rows:
         return None
     first = rows[0]
-    return _table("privacy_lira", "Membership inference (offline LiRA) vs DP-SGD, synthetic data",
-                  f"Offline LiRA (Carlini et al. 2022) against {first['shadow_models']} shadow federations per case, "
-                  f"each trained like the case on every client's public pool (never a member); mean over "
-                  f"{first['clients']} clients of {first['members']} members and {first['non_members']} non-members. "
-                  f"Compare with the loss attack's table: the same models, the same examples. "
-                  f"{low_fpr_note(first['non_members'])}Synthetic images, not patients.", LIRA_COLUMNS, rows)
+    return _table(name, title, f"{describe(first)}{low_fpr_note(first['non_members'])}Synthetic images, not patients.",
+                  columns, rows)
+
+
+def lira_table(audit: list[dict]) -> Table | None:
+    """Offline LiRA's power per case; None when no case ran shadow models."""
+    return _attack_table(audit, "lira", "privacy_lira", "Membership inference (offline LiRA) vs DP-SGD, synthetic data",
+                         LIRA_COLUMNS, lambda first: (
+                             f"Offline LiRA (Carlini et al. 2022) against {first['shadow_models']} shadow federations "
+                             f"per case, each trained like the case on every client's public pool (never a member); "
+                             f"mean over {first['clients']} clients of {first['members']} members and "
+                             f"{first['non_members']} non-members. Compare with the loss attack's table: the same "
+                             f"models, the same examples. "))
 
 
 def rmia_table(audit: list[dict]) -> Table | None:
     """RMIA's power per case with one reference model; None when no case ran it."""
-    rows = [{**r, "epsilon": math.inf if r["epsilon"] is None else r["epsilon"]} for r in audit if "own_rmia_auc" in r]
-    if not rows:
-        return None
-    first = rows[0]
-    return _table("privacy_rmia", "Membership inference (RMIA, one reference model) vs DP-SGD, synthetic data",
-                  f"RMIA (Zarifzadeh, Liu & Shokri 2024), offline, a = 0.3, gamma = 1: the reference model is the first "
-                  f"shadow federation's (trained like the case on every client's public pool), the population each "
-                  f"client's second public pool (in neither model); mean over {first['clients']} clients of "
-                  f"{first['members']} members and {first['non_members']} non-members. Compare with LiRA's table, "
-                  f"which uses all {first['shadow_models']} shadow federations. "
-                  f"{low_fpr_note(first['non_members'])}Synthetic images, not patients.", RMIA_COLUMNS, rows)
+    return _attack_table(audit, "rmia", "privacy_rmia",
+                         "Membership inference (RMIA, one reference model) vs DP-SGD, synthetic data", RMIA_COLUMNS,
+                         lambda first: (
+                             f"RMIA (Zarifzadeh, Liu & Shokri 2024), offline, a = 0.3, gamma = 1: the reference model "
+                             f"is the first shadow federation's (trained like the case on every client's public pool), "
+                             f"the population each client's second public pool (in neither model); mean over "
+                             f"{first['clients']} clients of {first['members']} members and {first['non_members']} "
+                             f"non-members. Compare with LiRA's table, which uses all {first['shadow_models']} shadow "
+                             f"federations. "))
 
 
 def low_fpr_note(non_members: int) -> str:
