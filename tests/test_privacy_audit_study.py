@@ -101,6 +101,8 @@ def test_the_one_run_audit_puts_epsilon_hat_beside_epsilon_and_rmia_beside_lira(
     table = (out / "tables" / "epsilon_audit.md").read_text()
     assert "| local (DP sigma=1.5) | example (gradient canaries) | pooled |" in table
     assert "PRIVACY AUDIT FAILED" not in (out / "report.html").read_text()
+    assert ("Privacy audit (one run, 95% confidence): 4 of 4 rows with an accountant's epsilon have epsilon-hat <= "
+            "epsilon") in result.stdout and "Sound: every accountant's claim stands (4 claims" in result.stdout
     assert "| privacy | method | epsilon | peer_rmia_auc |" in result.stdout  # RMIA, the first shadow as reference
     assert all(0 <= r["own_rmia_auc"] <= 1 for r in records if r["type"] == "audit")
 

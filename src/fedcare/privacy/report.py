@@ -387,3 +387,31 @@ def audit_note(records: list[dict]) -> str | None:
     return (f"Privacy audit (one run, {rows[0].get('confidence', 0.95):.0%} confidence): {listed}. epsilon-hat is a "
             f"lower bound the run itself proves, epsilon what the accountant claims; per client: "
             f"tables/{EPSILON_AUDIT}.md.")
+
+
+def audit_closing_note(records: list[dict]) -> str | None:
+    """One paragraph on a run's one-run audits: whether every DP row (pooled and per client) has
+    epsilon-hat within epsilon, the closest of them, what the rows without DP found, and the
+    verdict (None without an audit)."""
+    rows = audited(records)
+    if not rows:
+        return None
+    claimed = [r for r in rows if r["epsilon"] is not None and not math.isinf(r["epsilon"])]
+    plain = [r["epsilon_hat"] for r in rows if r not in claimed and r["client"] == "pooled"]
+    parts = []
+    if claimed:
+        within = sum(r["epsilon_hat"] <= r["epsilon"] for r in claimed)
+        closest = max(claimed, key=lambda r: r["epsilon_hat"] / r["epsilon"])
+        parts.append(f"{within} of {len(claimed)} rows with an accountant's epsilon have epsilon-hat <= epsilon (the "
+                     f"closest: {closest['method']}, {LEVELS.get(closest['level'], closest['level'])}, client "
+                     f"{closest['client']}: {closest['epsilon_hat']:.2f} against {closest['epsilon']:.2f})")
+    if plain:
+        parts.append(f"without DP, epsilon-hat {min(plain):.2f} to {max(plain):.2f} pooled, what the canaries prove "
+                     f"at least (no accountant to compare with)")
+    wrong = [r for r in rows if not r["sound"]]
+    verdict = ("Sound: every accountant's claim stands" if not wrong else
+               f"UNSOUND: {len(wrong)} claim(s) fall, the implementation or the accounting is wrong")
+    return (f"Privacy audit (one run, {rows[0].get('confidence') or 0.95:.0%} confidence): " + "; ".join(parts)
+            + f". {verdict} ({rows[0]['claims']} claims tested at once). epsilon-hat is a lower bound, never a "
+              f"proof of privacy; docs/privacy.md.")
+

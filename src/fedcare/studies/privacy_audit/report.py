@@ -275,5 +275,9 @@ def build_report(run_dir: Path, run_info: Mapping[str, Any] | None = None, notes
 
 
 def summary_markdown(run_dir: Path) -> str:
-    """Both tables in Markdown (printed after a run)."""
-    return "\n".join(t.markdown() for t in tables(*_records(Path(run_dir))).values())
+    """The tables in Markdown (printed after a run), and the one-run audit's closing note."""
+    from fedcare.privacy.report import audit_closing_note
+
+    found = tables(*_records(Path(run_dir)))
+    note = audit_closing_note(read_run_records(run_dir)[0])
+    return "\n".join([*(t.markdown() for t in found.values()), *([f"\n{note}\n"] if note else [])])
