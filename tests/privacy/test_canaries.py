@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from fedcare.algorithms import fedavg, pfdl
-from fedcare.algorithms.base import DP_EPSILON, PRIVACY_METRICS
+from fedcare.algorithms.base import DP_EPSILON
 from fedcare.algorithms.training import ClientData, TrainSettings
 from fedcare.config import DPSGD, Privacy, PrivacyAudit
 from fedcare.privacy import PrivacyError, private_algorithm
@@ -105,7 +105,8 @@ def test_an_accountant_told_more_noise_than_was_added_is_caught(monkeypatch):
     _, infos = run(Privacy(dp_sgd=DPSGD(noise_multiplier=20.0, max_grad_norm=1.0), audit=PrivacyAudit(canaries=M)))
     pooled = infos[-1][DP_AUDIT]["pooled"]
     assert pooled["epsilon"] < 0.3 < 0.6 < pooled["epsilon_hat"]
-    assert pooled["p_value"] < 1e-3  # guesses this good are all but impossible under the claimed epsilon (delta sets the floor)
+    # guesses this good are all but impossible under the claimed epsilon (the delta term sets the floor)
+    assert pooled["p_value"] < 1e-3
 
 
 def test_personal_models_are_scored_and_fine_tuning_steps_carry_the_canaries():

@@ -108,21 +108,24 @@ def test_client_level_dp_clips_and_noises_floating_point_tensors_only():
         tensors = {k: (v + scale if v.is_floating_point() else v + batches) for k, v in current.items()}
         replies[c] = Message(tensors, {NUM_EXAMPLES: 10.0})
     plain = ServerHalf(weighting="uniform").aggregate(Message(current), replies)
-    server = ClientDPServer(ServerHalf(weighting="uniform"), ClientDP(noise_multiplier=1.0, clipping_norm=0.5), "FedAvg")
+    server = ClientDPServer(ServerHalf(weighting="uniform"), ClientDP(noise_multiplier=1.0, clipping_norm=0.5),
+                            "FedAvg")
     private = server.aggregate(Message(current), replies)
     counter = private.tensors["bn.num_batches_tracked"]
     assert counter.dtype == torch.int64
     assert torch.equal(counter, plain.tensors["bn.num_batches_tracked"])  # averaged as without DP
     assert counter.item() == round((7 + 3 + 10) / 3)
     # the floating-point tensors were clipped (their update is far smaller than the plain mean's) and noised
-    moved = torch.cat([(private.tensors[k] - current[k]).flatten() for k in current if current[k].is_floating_point()])
-    plain_moved = torch.cat([(plain.tensors[k] - current[k]).flatten() for k in current if current[k].is_floating_point()])
+    floats = [k for k in current if current[k].is_floating_point()]
+    moved = torch.cat([(private.tensors[k] - current[k]).flatten() for k in floats])
+    plain_moved = torch.cat([(plain.tensors[k] - current[k]).flatten() for k in floats])
     assert plain_moved.abs().mean() > 2 and moved.std() > 0.05
 
 
 def test_client_level_dp_canary_clients_leave_integer_tensors_alone():
     current = Message({k: v.clone() for k, v in WithCounter().state_dict().items()})
-    server = ClientDPServer(ServerHalf(weighting="uniform"), ClientDP(noise_multiplier=0.5), "FedAvg", canary_clients=10)
+    server = ClientDPServer(ServerHalf(weighting="uniform"), ClientDP(noise_multiplier=0.5), "FedAvg",
+                            canary_clients=10)
     server.bind_seed(3)
     reply = Message({k: v + (1 if not v.is_floating_point() else 0.1) for k, v in current.tensors.items()},
                     {NUM_EXAMPLES: 1.0})

@@ -113,7 +113,7 @@ class PrivacyAudit(Strict):
     # key, or no one-run key (written out with the resolved config, so a resumed run decides alike)
     membership: bool = True
     max_per_set: int = Field(200, ge=10)  # membership: members (and as many non-members) per client, at most
-    server_epochs: int = Field(3, ge=1)  # membership: epochs the server fits a split model's private part on its own data
+    server_epochs: int = Field(3, ge=1)  # membership: epochs the server fits a split model's private part
     canaries: int = Field(0, ge=0)  # gradient canaries per client, each in its data with probability 1/2; 0: none
     canary_clients: int = Field(0, ge=0)  # canary clients at the server (client-level DP), each in with probability 1/2
     confidence: float = Field(0.95, gt=0, lt=1)  # epsilon-hat is a lower bound at this confidence

@@ -41,7 +41,8 @@ def private_algorithm(algorithm: Algorithm, privacy: Privacy | None) -> Algorith
                                f"(its meta step), where DP-SGD's per-example clipping cannot reach")
         client = DPSGDClient(client, privacy.dp_sgd)
     audit, auditor = privacy.audit, algorithm.auditor
-    if audit is not None and audit.canaries and not isinstance(client, CanaryClient):  # the one-run audit, DP-SGD's level
+    # the one-run audits: gradient canaries in the client half (example level), canary clients in client-level DP
+    if audit is not None and audit.canaries and not isinstance(client, CanaryClient):
         if not client.trains_in_loop:
             raise PrivacyError(f"privacy.audit.canaries: {algorithm.name} takes gradient steps outside the training "
                                f"loop (its meta step), where the canaries' gradients cannot join")

@@ -4,9 +4,9 @@ for federated learning", arXiv 2302.03098.
 
 The server (`fedcare.privacy.client_dp.ClientDPServer`) simulates k canary clients. Canary i's
 update is a fixed random direction u_i (uniform on the unit sphere of the shared floating-point
-tensors, drawn in turn from one generator of (run seed, "canary-clients", "directions")) at the clipping norm C. Each canary is in the
-federation independently with probability 1/2 (run seed, "canary-clients", "included"); an
-included one takes part in every round: its C u_i joins the sum of the clipped real updates
+tensors, drawn in turn from one generator of (run seed, "canary-clients", "directions")) at the
+clipping norm C. Each canary is in the federation independently with probability 1/2 (run
+seed, "canary-clients", "included"); an included one takes part in every round: its C u_i joins the sum of the clipped real updates
 before the noise, divided by the same number of replies (a participant like the others, within
 the clipping). After each round the auditor takes the cosine between the model's total change
 since the first round and every canary's direction. Two numbers from them:
@@ -116,6 +116,7 @@ class CanaryClients:
         bound = audit(cosines, self.included, self.delta, self.confidence, epsilon)
         return {AUDIT_PREFIX + "epsilon_hat": bound.epsilon_hat,
                 AUDIT_PREFIX + "estimate": estimate(cosines[self.included], self.delta),
-                AUDIT_PREFIX + "m": float(bound.m), AUDIT_PREFIX + "r": float(bound.r), AUDIT_PREFIX + "v": float(bound.v),
+                AUDIT_PREFIX + "m": float(bound.m), AUDIT_PREFIX + "r": float(bound.r),
+                AUDIT_PREFIX + "v": float(bound.v),
                 AUDIT_PREFIX + "confidence": self.confidence,
                 AUDIT_PREFIX + "p_value": math.nan if bound.p_value is None else bound.p_value}
