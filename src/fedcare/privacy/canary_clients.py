@@ -6,9 +6,9 @@ The server (`fedcare.privacy.client_dp.ClientDPServer`) simulates k canary clien
 update is a fixed random direction u_i (uniform on the unit sphere of the shared floating-point
 tensors, drawn in turn from one generator of (run seed, "canary-clients", "directions")) at the
 clipping norm C. Each canary is in the federation independently with probability 1/2 (run
-seed, "canary-clients", "included"); an included one takes part in every round: its C u_i joins the sum of the clipped real updates
-before the noise, divided by the same number of replies (a participant like the others, within
-the clipping). After each round the auditor takes the cosine between the model's total change
+seed, "canary-clients", "included"); an included one takes part in every round: its C u_i
+joins the sum of the clipped real updates before the noise, divided by the same number of
+replies (a participant like the others, within the clipping). After each round the auditor takes the cosine between the model's total change
 since the first round and every canary's direction. Two numbers from them:
 
 - **epsilon-hat**, a lower bound at a confidence (`fedcare.privacy.one_run`, Steinke et al.): the
