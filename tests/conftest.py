@@ -40,7 +40,7 @@ def pain_reference(pain_cohort, tmp_path_factory) -> list[dict]:
     ["F(N)", "FP(N)"])`, which the real deployment and Flower's Simulation Engine (Ray) must
     both equal bit for bit: simulated once for both. (`deployment.sites` only names the sites:
     the Ray run, which has none, gives the same records.)"""
-    from pain_sites import config, records
+    from support.pain_sites import config, records
 
     from fedcare.studies.run import run_study
 

@@ -4,7 +4,7 @@ import io
 
 import pytest
 import torch
-from tiny import tiny_data, tiny_model
+from support.tiny import tiny_data, tiny_model
 from torch import nn
 
 from fedcare.algorithms import fedavg

@@ -26,7 +26,7 @@ from fedcare.runtime.clients import LocalClients
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.vectorised import VectorisedClients
 from fedcare.studies.run import run_study
-from tiny import tiny_data, tiny_model
+from support.tiny import tiny_data, tiny_model
 
 
 @contextmanager

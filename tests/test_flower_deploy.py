@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from deployment import Deployment, wait_for
-from pain_sites import SITES, config, records
+from support.deployment import Deployment, wait_for
+from support.pain_sites import SITES, config, records
 
 from fedcare.config import to_toml
 from fedcare.runtime.flower.certs import make_certificates

@@ -10,8 +10,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from deployment import Deployment, wait_for
-from flower_inprocess import run_experiment_on_flower
+from support.deployment import Deployment, wait_for
+from support.flower_inprocess import run_experiment_on_flower
 
 from fedcare.config import to_toml
 from fedcare.data.pamap2.synthetic import generate_pamap2

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deployment import Deployment
+from support.deployment import Deployment
 from test_facerec import small_config
 from test_surgical_study import SYNTH, tiny
 

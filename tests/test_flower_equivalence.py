@@ -44,8 +44,8 @@ from fedcare.algorithms.server_optimizers import DEFAULTS, CosineAnneal, Optimiz
 from fedcare.algorithms.training import Randomness, TrainSettings, predict
 from fedcare.runtime.federation import Federation
 from fedcare.tasks import BINARY
-from flower_offline import StandInGrid, flower_round, run_flower, task_identity, to_record
-from tiny import tiny_data, tiny_model
+from support.flower_offline import StandInGrid, flower_round, run_flower, task_identity, to_record
+from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
 ROUNDS = 3

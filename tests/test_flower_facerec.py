@@ -6,7 +6,7 @@ and keeps its own client's faces), with either impostor pool."""
 import json
 
 import pytest
-from flower_inprocess import run_experiment_on_flower
+from support.flower_inprocess import run_experiment_on_flower
 from test_facerec import records, small_config
 
 from fedcare.data.celeba.synthetic import generate_celeba

@@ -9,7 +9,7 @@ import itertools
 import json
 
 import pytest
-from flower_offline import task_identity
+from support.flower_offline import task_identity
 from flwr.app import ConfigRecord, Error, Message, RecordDict
 from flwr.common.constant import ErrorCode
 

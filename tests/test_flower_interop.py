@@ -39,11 +39,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from flower_inprocess import InProcessBackend, simulation_backend
+from support.flower_inprocess import InProcessBackend, simulation_backend
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Result
-from tiny import tiny_data, tiny_model
+from support.tiny import tiny_data, tiny_model
 
 from fedcare.algorithms import fedavg
 from fedcare.algorithms.training import TrainSettings

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from flower_inprocess import run_experiment_on_flower
+from support.flower_inprocess import run_experiment_on_flower
 
 from fedcare.config import ConfigError, to_toml
 from fedcare.deployment.app import open_site

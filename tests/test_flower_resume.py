@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from flower_inprocess import run_experiment_on_flower
+from support.flower_inprocess import run_experiment_on_flower
 
 from fedcare.data.pamap2.synthetic import generate_pamap2
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment

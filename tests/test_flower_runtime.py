@@ -9,10 +9,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from flower_inprocess import InProcessBackend, simulation_backend
+from support.flower_inprocess import InProcessBackend, simulation_backend
 from flwr.app import RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from tiny import tiny_data, tiny_model
+from support.tiny import tiny_data, tiny_model
 
 from fedcare.algorithms import fedap, feddg, fedavg, pfdl
 from fedcare.algorithms.messages import Message as FedMessage

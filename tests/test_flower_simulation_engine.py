@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from deployment import port as free_port
-from pain_sites import config, records
+from support.deployment import port as free_port
+from support.pain_sites import config, records
 
 from fedcare.config import to_toml
 

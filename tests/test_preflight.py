@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from flower_inprocess import run_experiment_on_flower
+from support.flower_inprocess import run_experiment_on_flower
 from test_surgical_study import SYNTH, tiny
 from typer.testing import CliRunner
 

@@ -32,7 +32,7 @@ from fedcare.config import ClientDP, Privacy
 from fedcare.privacy import PrivacyError, private_algorithm
 from fedcare.privacy.client_dp import CLIENT_DP_EPSILON, CLIPPING_NORM, ClientDPServer, clip_update
 from fedcare.privacy.dp_sgd import epsilon
-from flower_offline import run_flower
+from support.flower_offline import run_flower
 from test_flower_equivalence import EXAMPLES, ROUNDS, client_results, run_ours, weights_model
 
 TOL = 1e-6

@@ -24,7 +24,7 @@ from fedcare.config import DPSGD, Privacy
 from fedcare.privacy import PrivacyError, private_algorithm, private_model
 from fedcare.privacy.dp_sgd import LEDGER, PerExampleClipNoise, epsilon
 from fedcare.runtime.federation import Federation
-from tiny import tiny_data, tiny_model
+from support.tiny import tiny_data, tiny_model
 
 
 def rdp_subsampled_gaussian(q: float, sigma: float, order: int) -> float:

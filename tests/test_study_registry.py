@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from flower_inprocess import run_experiment_on_flower
+from support.flower_inprocess import run_experiment_on_flower
 from typer.testing import CliRunner
 
 from fedcare.cli import app
@@ -26,7 +26,7 @@ CLIENTS = 3
 def toy(tmp_path, monkeypatch):
     """The toy study as a package `fedcare_toy` in a folder of its own, registered as "toy"."""
     folder = tmp_path / "elsewhere"
-    shutil.copytree(Path(__file__).parent / "toy_study", folder / "fedcare_toy",
+    shutil.copytree(Path(__file__).parent / "support" / "toy_study", folder / "fedcare_toy",
                     ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv(registry.ENVIRONMENT, "toy=fedcare_toy")

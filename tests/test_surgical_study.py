@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flower_inprocess import run_experiment_on_flower
+from support.flower_inprocess import run_experiment_on_flower
 from sklearn.metrics import f1_score, precision_recall_fscore_support
 from test_run_lifecycle import interrupted_at_round
 from torch.nn import functional as F

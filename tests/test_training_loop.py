@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from tiny import tiny_data, tiny_model
+from support.tiny import tiny_data, tiny_model
 
 from fedcare.algorithms.perfedavg import adapt, perfedavg
 from fedcare.algorithms.training import (

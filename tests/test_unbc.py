@@ -24,7 +24,7 @@ from fedcare.data.unbc.reader import (
     read_pspi,
 )
 from fedcare.data.unbc.summary import summarize
-from unbc_fixtures import FRAMES, SEQUENCE_LABELS, IMAGE_SHAPE, quirk_paths, write_unbc_fixture
+from support.unbc_fixtures import FRAMES, SEQUENCE_LABELS, IMAGE_SHAPE, quirk_paths, write_unbc_fixture
 
 ALL_QUIRKS = dict(
     black_frame=True, corrupt_png=True, missing_pspi=True, bad_pspi=True, image_without_label=True,

@@ -1,0 +1,16 @@
+"""What tests in several folders share: helpers and constants, never a test and never a fixture
+(a fixture lives in the conftest.py of the folder whose tests use it). pyproject.toml puts
+tests/ on sys.path, so a test writes `from support.tiny import tiny_model`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: configs/, docs/, benchmarks/, src/
+
+
+def records(run_dir: Path, *types: str) -> list[dict]:
+    """The records of a run's metrics.jsonl whose type is one of `types`, in order."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["type"] in types]
