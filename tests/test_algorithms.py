@@ -5,6 +5,7 @@ from fedcare.algorithms.base import ServerHalf
 from fedcare.algorithms.messages import Message
 from fedcare.algorithms.training import Randomness, TrainSettings
 from fedcare.runtime.federation import Federation
+
 from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)

@@ -4,7 +4,6 @@ import io
 
 import pytest
 import torch
-from support.tiny import tiny_data, tiny_model
 from torch import nn
 
 from fedcare.algorithms import fedavg
@@ -16,6 +15,8 @@ from fedcare.algorithms.fedrep import fedrep
 from fedcare.algorithms.messages import Message
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings
 from fedcare.runtime.federation import Federation
+
+from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
 RNG = Randomness(0, "t", 1, 1)

@@ -21,6 +21,9 @@ from fedcare.runtime.clients import LocalClients
 from fedcare.studies.facerec.config import FacerecExperiment
 from fedcare.studies.run import run_study
 
+from support import records
+from support.facerec import small_config
+
 
 @pytest.fixture(autouse=True)
 def one_thread():
@@ -93,21 +96,6 @@ def celeba(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("facerec") / "celeba"
     generate_celeba(root, seed=0, identities=16, images_per_identity=12, workers=1)
     return root
-
-
-def small_config(root: Path, cache: Path, methods=("fedavg-local", "hfmaml"), **train) -> FacerecExperiment:
-    return FacerecExperiment.model_validate({
-        "study": "facerec", "seeds": [0], "methods": list(methods),
-        "data": {"root": str(root), "partition": "equal", "identities": 12, "clients": 4, "image_size": 16,
-                 "detector_scale_factor": 1.2, "detector_min_size": 64, "cache": str(cache)},
-        "protocol": {"unseen": [4], "rounds": 2, "paths": 2, "genuine_pairs": 50, "impostor_pairs": 50},
-        "train": {"batch_size": 4, "local_steps": 2, "tune_steps": 2, **train},
-        "runtime": {"threads": 1},
-    })
-
-
-def records(run_dir: Path, kind: str) -> list[dict]:
-    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["type"] == kind]
 
 
 def test_small_run_end_to_end_unseen_clients_never_train(celeba, tmp_path, monkeypatch):

@@ -9,7 +9,6 @@ import math
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from fedcare.config import DPSGD, Privacy

@@ -5,6 +5,7 @@ import torch
 from fedcare.algorithms.feddg import BANK, amplitude_mix, amplitude_spectrum, feddg
 from fedcare.algorithms.training import Randomness, TrainSettings
 from fedcare.runtime.federation import Federation
+
 from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)

@@ -7,21 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
-from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.run import run_study
 
-METHODS = ["local", "fedavg", "fedprox", "fedbn", "fedper", "fedap", "d-fedap", "f-fedap"]
-
-
-def small_config(dataset: str = "pamap2", **protocol) -> FedHealth2Experiment:
-    synthetic = {"subjects": 3, "seconds_per_activity": 6.0} if dataset == "pamap2" else {"scale": 0.01, "image_size": 64}
-    return FedHealth2Experiment.model_validate({
-        "study": "fedhealth2", "seeds": [1], "methods": METHODS,
-        "data": {"dataset": dataset, "synthetic": synthetic},
-        "protocol": {"clients": 4, "dirichlet_alpha": 1.0, **protocol},
-        "train": {"rounds": 3, "pretrain_epochs": 1, "hidden": 16},
-        "options": {"ffedap_warmup_rounds": 2}, "runtime": {"threads": 2},
-    })
+from support.fedhealth2 import METHODS, small_config
 
 
 def evals(run_dir: Path) -> list[dict]:

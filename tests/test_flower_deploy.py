@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.deployment import Deployment, wait_for
-from support.pain_sites import SITES, config, records
 
 from fedcare.config import to_toml
 from fedcare.runtime.flower.certs import make_certificates
 from fedcare.studies.pain.config import PainExperiment
+
+from support.deployment import Deployment, wait_for
+from support.pain_sites import SITES, config, records
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from support.deployment import Deployment, wait_for
-from support.flower_inprocess import run_experiment_on_flower
 
 from fedcare.config import to_toml
 from fedcare.data.pamap2.synthetic import generate_pamap2
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
+
+from support.deployment import Deployment, wait_for
+from support.flower_inprocess import run_experiment_on_flower
 
 SITES = {"site-101": 101, "site-102": 102, "site-103": 103}
 

@@ -18,14 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.deployment import Deployment
-from test_facerec import small_config
-from test_surgical_study import SYNTH, tiny
 
 from fedcare.config import Experiment, to_toml
 from fedcare.data.celeba.synthetic import generate_celeba
 from fedcare.data.surgical.synthetic import generate_surgical
 from fedcare.studies.run import run_study
+
+from support.deployment import Deployment
+from support.facerec import small_config
+from support.surgical import SYNTH, tiny
 
 SITES = ["site-1", "site-2", "site-3", "site-4"]
 SURGICAL_CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2"]

@@ -44,64 +44,13 @@ from fedcare.algorithms.server_optimizers import DEFAULTS, CosineAnneal, Optimiz
 from fedcare.algorithms.training import Randomness, TrainSettings, predict
 from fedcare.runtime.federation import Federation
 from fedcare.tasks import BINARY
-from support.flower_offline import StandInGrid, flower_round, run_flower, task_identity, to_record
+
+from support.flower_offline import (EXAMPLES, ROUNDS, StandInGrid, client_results, flower_round, for_flower, run_flower, run_ours,
+                                    task_identity, to_record, weights_model)
 from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
-ROUNDS = 3
-EXAMPLES = {3: 12, 7: 45, 11: 130}  # node id -> example count
 TOL = 1e-6
-
-
-class Weights(nn.Module):
-    """Parameters only (no buffers), with the shapes of a small conv net, a 0-d one included."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(2, 4, 3)
-        self.fc = nn.Linear(8, 5)
-        self.scale = nn.Parameter(torch.tensor(1.5))
-
-
-def weights_model() -> Weights:
-    torch.manual_seed(0)
-    return Weights()
-
-
-def client_results(initial: dict[str, torch.Tensor], rounds: int = ROUNDS):
-    """Per round, per node: (tensors sent back, loss). Fixed by (round, node) only, so the
-    very same results can go to Flower and to us."""
-    out = []
-    for r in range(1, rounds + 1):
-        results = {}
-        for node in EXAMPLES:
-            g = torch.Generator().manual_seed(1000 * r + node)
-            tensors = {k: v + 0.3 * torch.randn(v.shape, generator=g) + 0.02 * node for k, v in initial.items()}
-            loss = 0.2 + 1.5 * torch.rand((), generator=g).item()
-            results[node] = (tensors, loss)
-        out.append(results)
-    return out
-
-
-def for_flower(rounds):
-    return [
-        {n: (t, {"num-examples": EXAMPLES[n], "train_loss": loss}) for n, (t, loss) in results.items()}
-        for results in rounds
-    ]
-
-
-def run_ours(server: ServerHalf, model: nn.Module, rounds) -> list[dict[str, torch.Tensor]]:
-    current = server.initial_message(model)
-    out = []
-    for results in rounds:
-        replies = {
-            n: Message({k: v.clone() for k, v in t.items()},
-                       {NUM_EXAMPLES: float(EXAMPLES[n]), TRAIN_LOSS: loss, LOSS_AT_GLOBAL: loss})
-            for n, (t, loss) in results.items()
-        }
-        current = server.aggregate(current, replies)
-        out.append(current.tensors)
-    return out
 
 
 def assert_rounds_agree(ours, theirs):

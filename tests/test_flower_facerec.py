@@ -6,11 +6,13 @@ and keeps its own client's faces), with either impostor pool."""
 import json
 
 import pytest
-from support.flower_inprocess import run_experiment_on_flower
-from test_facerec import records, small_config
 
 from fedcare.data.celeba.synthetic import generate_celeba
 from fedcare.studies.run import run_study
+
+from support import records
+from support.facerec import small_config
+from support.flower_inprocess import run_experiment_on_flower
 
 
 @pytest.mark.timeout(300)

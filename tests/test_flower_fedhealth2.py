@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from support.flower_inprocess import run_experiment_on_flower
 
 from fedcare.config import ConfigError
 from fedcare.data.pamap2.synthetic import generate_pamap2
@@ -16,6 +15,8 @@ from fedcare.data.xray.synthetic import generate_xray
 from fedcare.deployment.app import check_experiment
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.run import run_study
+
+from support.flower_inprocess import run_experiment_on_flower
 
 SUBJECTS = [101, 102, 103]
 

@@ -9,13 +9,14 @@ import itertools
 import json
 
 import pytest
-from support.flower_offline import task_identity
 from flwr.app import ConfigRecord, Error, Message, RecordDict
 from flwr.common.constant import ErrorCode
 
 from fedcare.runtime.flower.certs import make_site_key
 from fedcare.runtime.flower.identity import SiteKeyError, read_site_keys, sign_claim
 from fedcare.runtime.flower.link import HELLO, FlowerRunError, LinkSettings, SiteLink
+
+from support.flower_offline import task_identity
 
 
 class HelloGrid:

@@ -39,16 +39,17 @@ import math
 import numpy as np
 import pytest
 import torch
-from support.flower_inprocess import InProcessBackend, simulation_backend
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Result
-from support.tiny import tiny_data, tiny_model
 
 from fedcare.algorithms import fedavg
 from fedcare.algorithms.training import TrainSettings
 from fedcare.runtime.flower import make_client_app
 from fedcare.runtime.federation import Federation
+
+from support.flower_inprocess import InProcessBackend, simulation_backend
+from support.tiny import tiny_data, tiny_model
 
 SEED = 11
 ROUNDS = 2

@@ -6,54 +6,34 @@ import json
 from pathlib import Path
 
 import pytest
-from support.flower_inprocess import run_experiment_on_flower
 
 from fedcare.config import ConfigError, to_toml
 from fedcare.deployment.app import open_site
 from fedcare.runtime.sites import SiteError
-from fedcare.studies.pain.config import PainExperiment
 from fedcare.studies.run import run_study
 
-SUBJECTS = [43, 80, 92]
-
-
-def flower_config(root: Path, **deployment) -> PainExperiment:
-    return PainExperiment.model_validate({
-        "title": "flower", "seeds": [5], "methods": ["RANDOM", "F(N)", "FP(N)", "FL(N)"], "data": {"root": str(root)},
-        "protocol": {"pretrain_subjects": [42], "subjects": SUBJECTS, "image_size": 16, "balance_per_class": 12,
-                     "last_session": 2},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1},
-        "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 2}, "deployment": deployment,
-    })
-
-
-def _records(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["type"] in ("client_eval", "round")]
+from support import records
+from support.pain import FLOWER_SUBJECTS, flower_config, on_flower
 
 
 @pytest.fixture(scope="module")
 def cohort(pain_cohort) -> Path:
-    return pain_cohort  # subjects 42 (pretraining) and SUBJECTS: conftest.py
-
-
-def _run_on_flower(config: PainExperiment, out: Path) -> None:
-    run_experiment_on_flower(config, out, len(SUBJECTS), "flower.toml")
+    return pain_cohort  # subjects 42 (pretraining) and FLOWER_SUBJECTS: conftest.py
 
 
 @pytest.mark.timeout(300)
 def test_pain_study_on_flower_equals_the_simulator(cohort, tmp_path):
     config = flower_config(cohort)
-    _run_on_flower(config, tmp_path / "flower")
+    on_flower(config, tmp_path / "flower")
     local = run_study(config, tmp_path / "local")
     assert (tmp_path / "flower" / "report.html").is_file(), "the Flower run did not finish its run directory"
-    got, expected = _records(tmp_path / "flower"), _records(local)
+    got, expected = (records(run, "client_eval", "round") for run in (tmp_path / "flower", local))
     assert len(expected) > 20 and {r["method"] for r in expected} == {"RANDOM", "F(N)", "FP(N)", "FL(N)"}
     assert got == expected  # every round's losses and every test metric, to the last bit
     info = json.loads((tmp_path / "flower" / "run.json").read_text())
-    assert info["runtime"] == "flower" and info["missed"] == [] and sorted(info["sites"].values()) == SUBJECTS
+    assert info["runtime"] == "flower" and info["missed"] == [] and sorted(info["sites"].values()) == FLOWER_SUBJECTS
     # each site said how it computes, with the experiment's threads (torch's sums depend on them)
-    assert {site: facts["threads"] for site, facts in info["site_compute"].items()} == {str(s): 2 for s in SUBJECTS}
+    assert {site: facts["threads"] for site, facts in info["site_compute"].items()} == {str(s): 2 for s in FLOWER_SUBJECTS}
     assert not any("do not compute alike" in n for n in info["notes"])  # every site in this process
 
 

@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from support.flower_inprocess import run_experiment_on_flower
 
 from fedcare.data.pamap2.synthetic import generate_pamap2
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.rundir import RecordsWriter
+
+from support.flower_inprocess import run_experiment_on_flower
 
 SUBJECTS = [101, 102, 103]
 

@@ -9,10 +9,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from support.flower_inprocess import InProcessBackend, simulation_backend
 from flwr.app import RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from support.tiny import tiny_data, tiny_model
 
 from fedcare.algorithms import fedap, feddg, fedavg, pfdl
 from fedcare.algorithms.messages import Message as FedMessage
@@ -23,6 +21,9 @@ from fedcare.runtime.sites import SiteError
 from fedcare.runtime.clients import Evaluate, Fit, Snapshot
 from fedcare.runtime.flower.records import Begin, decode_ops, decode_results, encode_ops, encode_results
 from fedcare.runtime.federation import Federation
+
+from support.flower_inprocess import InProcessBackend, simulation_backend
+from support.tiny import tiny_data, tiny_model
 
 SEED = 11
 PHASE = "train"  # the ServerApp's default phase: both runtimes derive generators from it

@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support.deployment import port as free_port
-from support.pain_sites import config, records
 
 from fedcare.config import to_toml
+
+from support.deployment import port as free_port
+from support.pain_sites import config, records
 
 
 def _processes_with(*words: str) -> list[int]:

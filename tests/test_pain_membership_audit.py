@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_pain_study import small_config
 from typer.testing import CliRunner
 
 from fedcare.cli import app
@@ -19,6 +18,8 @@ from fedcare.studies.pain.audit import membership_items
 from fedcare.studies.pain.cohort import PainSite, balance_items, items_data, read_cohort
 from fedcare.studies.run import run_study
 from fedcare.studies.rundir import SYNTHETIC_DIR
+
+from support.pain import small_config
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 METHODS = ["F(N)", "FP(N)", "FL(N)", "FBN(N)"]

@@ -17,20 +17,9 @@ from fedcare.studies.pain.report import summary_markdown
 from fedcare.studies.run import run_study
 from fedcare.studies.rundir import RunDirectoryExists
 
+from support.pain import SUBJECTS, small_config
+
 GOLDEN = Path(__file__).parent / "golden" / "pain_small.json"
-SUBJECTS = [42, 43, 80, 92]
-
-
-def small_config(root: Path | None = None, **train) -> PainExperiment:
-    data = {"root": str(root)} if root else {"synthetic": {"subjects": SUBJECTS, "frame_scale": 0.02, "image_size": 32}}
-    return PainExperiment.model_validate({
-        "title": "small", "seeds": [5], "methods": ["BC", "F(C)", "FP(C)", "FL(N)"], "data": data,
-        "protocol": {"pretrain_subjects": [42], "subjects": [43, 80, 92], "image_size": 16,
-                     "balance_per_class": 12, "last_session": 3},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1, "pretrain_max_rounds": 2,
-                  "pretrain_patience": 1, **train},
-        "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 2},
-    })
 
 
 def records_of(run_dir: Path) -> list[dict]:

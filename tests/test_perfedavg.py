@@ -18,6 +18,7 @@ from fedcare.algorithms.perfedavg import (
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings
 from fedcare.runtime.federation import Federation
 from fedcare.tasks import BINARY
+
 from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)

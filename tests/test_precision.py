@@ -25,7 +25,7 @@ def with_runtime(config, **runtime):
 
 
 def fh2_config():
-    from test_fedhealth2_study import small_config
+    from support.fedhealth2 import small_config
 
     base = small_config()
     return base.model_copy(update={"methods": ["fedavg", "fedbn", "fedprox"],
@@ -60,7 +60,7 @@ def test_fp16_trains_with_a_gradient_scaler(tmp_path):
 
 
 def test_dp_sgd_under_bf16_clips_fp32_per_example_gradients(tmp_path):
-    from test_pain_study import small_config
+    from support.pain import small_config
 
     config = small_config().model_copy(update={"methods": ["F(N)"], "privacy": Privacy(dp_sgd=DPSGD())})
     out = run_study(with_runtime(config, precision="bf16"), tmp_path / "pain")
@@ -70,7 +70,7 @@ def test_dp_sgd_under_bf16_clips_fp32_per_example_gradients(tmp_path):
 
 
 def test_dp_sgd_under_fp16_is_refused_with_the_reason():
-    from test_pain_study import small_config
+    from support.pain import small_config
 
     config = small_config()
     raw = {**config.model_dump(mode="json"), "privacy": {"dp_sgd": {}}, "runtime": {"precision": "fp16"}}
@@ -79,7 +79,7 @@ def test_dp_sgd_under_fp16_is_refused_with_the_reason():
 
 
 def test_channels_last_is_opt_in_and_trains_the_same_model_to_rounding(tmp_path):
-    from test_pain_study import small_config
+    from support.pain import small_config
 
     config = small_config().model_copy(update={"methods": ["BC"]})
     plain = client_evals(run_study(config, tmp_path / "plain"))

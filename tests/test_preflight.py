@@ -13,8 +13,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.flower_inprocess import run_experiment_on_flower
-from test_surgical_study import SYNTH, tiny
 from typer.testing import CliRunner
 
 from fedcare.cli import app
@@ -22,6 +20,9 @@ from fedcare.data.surgical.clients import TOOLS
 from fedcare.data.surgical.synthetic import generate_surgical
 from fedcare.runtime.preflight import Expectations, PreflightError, check, site_summary
 from fedcare.studies.registry import study_for
+
+from support.flower_inprocess import run_experiment_on_flower
+from support.surgical import SYNTH, tiny
 
 CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2", "CHO3"]
 

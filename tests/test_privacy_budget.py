@@ -26,8 +26,8 @@ from fedcare.privacy import private_algorithm, private_model
 from fedcare.privacy.client_dp import CLIENT_DP_EPSILON
 from fedcare.privacy.dp_sgd import LEDGER, SIGMA, PerExampleClipNoise, PoissonBatches, calibrated_sigma, epsilon
 from fedcare.runtime.federation import Federation
-from test_privacy_dp_sgd import Linear, linear_data
-from support.tiny import tiny_data, tiny_model
+
+from support.tiny import Linear, linear_data, tiny_data, tiny_model
 
 
 def federation(settings: TrainSettings, privacy: Privacy, algorithm=fedavg, **kw) -> Federation:

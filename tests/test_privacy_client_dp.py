@@ -32,14 +32,14 @@ from fedcare.config import ClientDP, Privacy
 from fedcare.privacy import PrivacyError, private_algorithm
 from fedcare.privacy.client_dp import CLIENT_DP_EPSILON, CLIPPING_NORM, ClientDPServer, clip_update
 from fedcare.privacy.dp_sgd import epsilon
-from support.flower_offline import run_flower
-from test_flower_equivalence import EXAMPLES, ROUNDS, client_results, run_ours, weights_model
+
+from support.flower_offline import EXAMPLES, ROUNDS, client_results, run_flower, run_ours, weights_model
 
 TOL = 1e-6
 
 
 class NoScalar(nn.Module):
-    """test_flower_equivalence's Weights without its 0-d parameter (see above)."""
+    """support.flower_offline's Weights without its 0-d parameter (see above)."""
 
     def __init__(self):
         super().__init__()

@@ -19,12 +19,13 @@ from torch import nn
 
 from fedcare.algorithms import fedavg, pfdl
 from fedcare.algorithms.base import DP_EPSILON
-from fedcare.algorithms.training import ClientData, TrainSettings, train_epochs
+from fedcare.algorithms.training import TrainSettings, train_epochs
 from fedcare.config import DPSGD, Privacy
 from fedcare.privacy import PrivacyError, private_algorithm, private_model
 from fedcare.privacy.dp_sgd import LEDGER, PerExampleClipNoise, epsilon
 from fedcare.runtime.federation import Federation
-from support.tiny import tiny_data, tiny_model
+
+from support.tiny import Linear, linear_data, tiny_data, tiny_model
 
 
 def rdp_subsampled_gaussian(q: float, sigma: float, order: int) -> float:
@@ -61,22 +62,6 @@ def test_epsilon_grows_with_steps_and_is_infinite_without_noise():
     assert 0 < few < many
     assert epsilon(torch.tensor([[0.0, 0.1, 10]], dtype=torch.float64), 1e-5) == math.inf
     assert epsilon(torch.zeros(0, 3, dtype=torch.float64), 1e-5) == 0.0
-
-
-def linear_data(n: int = 24) -> ClientData:
-    g = torch.Generator().manual_seed(3)
-    x = torch.randn(n, 5, generator=g)
-    return ClientData(x, (x[:, 0] > 0).float())
-
-
-class Linear(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.fc = nn.Linear(5, 1)
-
-    def forward(self, x):
-        return self.fc(x).squeeze(1)
 
 
 def train(model, data, settings, config=None):
@@ -185,7 +170,6 @@ def test_an_algorithm_stepping_outside_the_loop_is_refused():
     algo = perfedavg(TrainSettings())
     with pytest.raises(PrivacyError, match="outside the training loop"):
         private_algorithm(algo, Privacy(dp_sgd=DPSGD()))
-
 
 
 def test_dp_sgd_reaches_the_half_that_trains_through_a_wrapper():

@@ -13,7 +13,10 @@ from fedcare.cli import app
 from fedcare.config import DPSGD, Privacy
 from fedcare.studies.load import load_config
 from fedcare.studies.run import run_study
-from test_study_registry import records, toy, toy_both_ways, write_experiment  # noqa: F401 (toy is a fixture)
+from test_study_registry import toy  # noqa: F401 (a fixture)
+
+from support import records
+from support.toy import toy_both_ways, write_experiment
 
 PRIVACY = "[privacy.client_dp]\nnoise_multiplier = 0.5\nclipping_norm = 2.0\n"
 
@@ -25,7 +28,7 @@ def private_experiment(path, **data):
 
 
 def test_dp_sgd_on_the_pain_study_reports_epsilon(tmp_path):
-    from test_pain_study import small_config
+    from support.pain import small_config
 
     config = small_config().model_copy(update={"methods": ["FP(N)"], "privacy": Privacy(dp_sgd=DPSGD())})
     out = run_study(config, tmp_path / "pain")
@@ -81,14 +84,14 @@ def test_dp_sgd_on_flower_equals_the_simulator(tmp_path):
     """DP-SGD at the sites: the GroupNorm model, the noise and each client's ledger (in
     Flower's Context.state) give the simulator's records, epsilon included, bit for bit."""
     from fedcare.data.unbc.synthetic import generate_pain_cohort
-    from test_flower_pain import SUBJECTS, _records, _run_on_flower, flower_config
+    from support.pain import FLOWER_SUBJECTS, flower_config, on_flower
 
     root = tmp_path / "unbc"
-    generate_pain_cohort(root, subjects=[42, *SUBJECTS], frame_scale=0.02, image_size=32)
+    generate_pain_cohort(root, subjects=[42, *FLOWER_SUBJECTS], frame_scale=0.02, image_size=32)
     config = flower_config(root).model_copy(update={"methods": ["FP(N)"], "privacy": Privacy(dp_sgd=DPSGD())})
-    _run_on_flower(config, tmp_path / "flower")
+    on_flower(config, tmp_path / "flower")
     local = run_study(config, tmp_path / "local")
-    got, expected = _records(tmp_path / "flower"), _records(local)
+    got, expected = (records(run, "client_eval", "round") for run in (tmp_path / "flower", local))
     assert any(r.get("dp_epsilon", 0) > 0 for r in expected) and got == expected
 
 

@@ -3,7 +3,6 @@
 import csv
 import json
 import math
-import random
 
 import pytest
 
@@ -13,52 +12,14 @@ from fedcare.studies.pain.aggregate import aggregate
 from fedcare.studies.pain.report import format_summary_markdown, summary_markdown, summary_rows
 from fedcare.studies.run import build_report
 
-METHODS = ["RANDOM", "A<B>", "F(C)"]
-SUBJECTS = [43, 48, 52]
-SESSIONS = [1, 2, 3]
+from support.pain_run import METHODS, write_run
+
 TABLE_FILES = (
     ["summary", "rank_sums"]
     + [f"per_subject_{m}" for m in ("acc", "pr_auc", "f1")]
     + [f"per_session_{m}" for m in ("acc", "pr_auc", "f1")]
 )
 PLOT_FILES = ["per_session_f1", "per_session_pr_auc", "per_session_acc", "per_subject_f1", "val_loss"]
-
-
-def write_run(run_dir, synthetic=True, with_tests=True, run_json=True):
-    run_dir.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(7)
-    lines = [{"type": "round", "study": "pain", "method": "pretrain C", "seed": 1, "phase": "pretrain-central",
-              "round": r, "val_loss": 1.0 / r, "train_loss": 0.5, "n_val": 100, "clients": 1} for r in (1, 2, 3)]
-    for seed in (1, 2):
-        for method in METHODS:
-            for session in SESSIONS:
-                if with_tests:
-                    for subject in SUBJECTS:
-                        n = rng.randint(50, 150)
-                        positives = 0 if session == 2 else rng.randint(1, 20)  # session 2: no positives
-                        acc = 0.75 if method == "F(C)" else rng.random()
-                        lines.append({
-                            "type": "test", "study": "pain", "method": method, "seed": seed, "session": session,
-                            "client": subject, "n": n, "positives": positives, "acc": acc,
-                            "pr_auc": rng.random(), "f1": rng.random(), "precision": rng.random(),
-                            "recall": None, "roc_auc": rng.random(), "loss": 0.3,
-                        })
-                if method != "RANDOM" and session < 3:
-                    lines += [{"type": "round", "study": "pain", "method": method, "seed": seed,
-                               "phase": f"session-{session}", "round": r, "val_loss": 0.5 + 0.1 * rng.random(),
-                               "train_loss": 0.4, "n_val": 80, "clients": 3} for r in (1, 2, 3)]
-                    lines.append({"type": "phase", "study": "pain", "method": method, "seed": seed,
-                                  "phase": f"session-{session}", "best_round": 2, "rounds": 3, "best_val_loss": 0.5})
-    lines.append({"type": "future-record", "whatever": [1, 2]})
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    if run_json:
-        (run_dir / "run.json").write_text(json.dumps({
-            "study": "pain", "title": "Test run <one>", "synthetic": synthetic, "config_file": "configs/pain/demo.toml",
-            "seeds": [1, 2], "methods": METHODS, "started": "2024-05-01T10:00:00+00:00",
-            "finished": "2024-05-01T10:03:05+00:00", "fedcare_version": "0.1.0",
-            "notes": ["a note with <tags> & ampersands"],
-        }))
-    return run_dir
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,13 @@ import math
 
 import pytest
 
-from test_report import write_run as write_pain_run
 
 from fedcare.evaluation.statistics import read_records
 from fedcare.report import SYNTHETIC_BANNER
 from fedcare.studies.fedhealth2.report import aggregate_fedhealth2, format_summary_markdown, summary_rows
 from fedcare.studies.run import build_report, summary_markdown
+
+from support.pain_run import write_run as write_pain_run
 
 METHODS = ["fedap", "a<b>"]
 CLIENTS = [0, 1, 2]

@@ -22,6 +22,7 @@ from fedcare.algorithms.training import ClientData, Randomness, TrainSettings
 from fedcare.config import Attack, ClientDP, Privacy, Robustness
 from fedcare.runtime.federation import Federation
 from fedcare.tasks import BINARY, MULTICLASS, EmbeddingTask
+
 from support.flower_offline import flower_round, task_identity
 
 TOL = 1e-6  # Flower computes in float32, we in float64 cast to float32

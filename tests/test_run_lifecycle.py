@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,8 @@ from fedcare.studies.checkpoint import CHECKPOINT_FILE
 from fedcare.studies.pain.config import PainExperiment
 from fedcare.studies.rundir import RunDirectory, RunDirectoryExists, mark_if_crashed, update_run_info
 from fedcare.studies.run import build_report, resume_study, run_study
+
+from support.interrupt import interrupted_at_round
 
 SUBJECTS = [42, 43, 80]
 
@@ -72,26 +73,6 @@ def _ctrl_c_as_on_a_terminal() -> None:
 def cli(*args: str, cwd: Path | None = None, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "fedcare.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_on_a_terminal, **popen)
-
-
-def interrupted_at_round(monkeypatch, n: int, start: Callable[[], object]) -> KeyboardInterrupt:
-    """Run `start()` with Ctrl-C arriving as the n-th federation round begins (every round of
-    every study goes through `Federation.run_round`); the interrupt, its patch undone."""
-    from fedcare.runtime.federation import Federation
-
-    real, calls = Federation.run_round, []
-
-    def stop(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == n:
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "run_round", stop)
-    with pytest.raises(KeyboardInterrupt) as stopped:
-        start()
-    monkeypatch.undo()
-    return stopped.value
 
 
 def wait_for_units(partial: Path, units: int, proc: subprocess.Popen, timeout: float = 300) -> None:

@@ -5,6 +5,7 @@ import torch
 from fedcare.algorithms import centralized, fedavg, pfdl
 from fedcare.algorithms.training import TrainSettings
 from fedcare.runtime.federation import Federation
+
 from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)

@@ -8,6 +8,7 @@ from fedcare.algorithms import centralized, fedavg, local, pfdl
 from fedcare.algorithms.split import SHARE_ALL, SHARE_NOTHING, ParameterSplit, load_tensors
 from fedcare.algorithms.training import Randomness, TrainSettings
 from fedcare.models.pain_cnn import PainCNN, keras_parameter_count
+
 from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)

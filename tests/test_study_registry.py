@@ -7,58 +7,30 @@ each client (TAR@FAR from the embeddings)."""
 import json
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
-from support.flower_inprocess import run_experiment_on_flower
 from typer.testing import CliRunner
 
 from fedcare.cli import app
 from fedcare.config import ConfigError
 from fedcare.studies.load import load_config
 from fedcare.studies import registry
-from fedcare.studies.run import run_study
 
-CLIENTS = 3
+from support import records
+from support.toy import CLIENTS, TOY_STUDY, toy_both_ways, write_experiment
 
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     """The toy study as a package `fedcare_toy` in a folder of its own, registered as "toy"."""
     folder = tmp_path / "elsewhere"
-    shutil.copytree(Path(__file__).parent / "support" / "toy_study", folder / "fedcare_toy",
+    shutil.copytree(TOY_STUDY, folder / "fedcare_toy",
                     ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv(registry.ENVIRONMENT, "toy=fedcare_toy")
     yield folder
     for name in [m for m in sys.modules if m == "fedcare_toy" or m.startswith("fedcare_toy.")]:
         del sys.modules[name]
-
-
-def write_experiment(path: Path, **data) -> Path:
-    table = "".join(f"{k} = {json.dumps(str(v)) if isinstance(v, Path) else v}\n" for k, v in data.items())
-    path.write_text('study = "toy"\ntitle = "toy"\nseeds = [3]\nmethods = ["fedavg", "local"]\nrounds = 3\n'
-                    f"[data]\nclients = {CLIENTS}\n{table}")
-    return path
-
-
-def toy_both_ways(tmp_path: Path, extra: str = "") -> tuple[list[dict], list[dict]]:
-    """The toy experiment (`extra`: TOML appended to it) on generated data in
-    tmp_path/data, run on Flower's Simulation Engine into tmp_path/flower and in the
-    simulator into tmp_path/local; their client_eval and round records (Flower's, the simulator's)."""
-    from fedcare_toy.data import generate
-
-    path = write_experiment(tmp_path / "toy.toml", root=generate(tmp_path / "data", CLIENTS, 4, 12))
-    path.write_text(path.read_text() + extra)
-    config = load_config(path)
-    local = run_study(config, tmp_path / "local")
-    run_experiment_on_flower(config, tmp_path / "flower", CLIENTS, "toy.toml")
-    return records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")
-
-
-def records(run_dir: Path, *types: str) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r["type"] in types]
 
 
 def test_a_registered_study_runs_through_fedcare_run(toy, tmp_path):

@@ -15,9 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support.flower_inprocess import run_experiment_on_flower
 from sklearn.metrics import f1_score, precision_recall_fscore_support
-from test_run_lifecycle import interrupted_at_round
 from torch.nn import functional as F
 from typer.testing import CliRunner
 
@@ -42,9 +40,10 @@ from fedcare.studies.surgical.report import (
 )
 from fedcare.studies.surgical.updates import server_statistics, update_statistics
 
-CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2", "CHO3"]
-ALL = ["lot", "fedavg", "fedprox", "feddyn", "feddg", "fedrep", "fedavg-uniform", "cent"]
-SYNTH = {"seed": 5, "videos": 2, "heichole_videos": 4, "seconds": 8, "width": 96, "height": 64}
+from support import records
+from support.flower_inprocess import run_experiment_on_flower
+from support.interrupt import interrupted_at_round
+from support.surgical import ALL, CLIENTS, SYNTH, tiny
 
 
 @pytest.fixture(scope="module")
@@ -57,20 +56,6 @@ def synth(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("frames")
-
-
-def tiny(root: Path, cache: Path, methods=ALL, top: dict | None = None, **train) -> SurgicalExperiment:
-    return SurgicalExperiment.model_validate({
-        "study": "surgical", "seeds": [1], "methods": list(methods),
-        "data": {"root": str(root), "cache": str(cache), "frame_size": [96, 64]},
-        "model": {"width": 0.125, "hidden": 16},
-        "train": {"rounds": 2, "batch_size": 8, "feddg_bank": 4, **train},
-        "runtime": {"threads": 1}, **(top or {}),
-    })
-
-
-def records(run_dir: Path, *types: str) -> list[dict]:
-    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["type"] in types]
 
 
 @pytest.fixture(scope="module")

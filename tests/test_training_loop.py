@@ -6,7 +6,6 @@ import copy
 
 import pytest
 import torch
-from support.tiny import tiny_data, tiny_model
 
 from fedcare.algorithms.perfedavg import adapt, perfedavg
 from fedcare.algorithms.training import (
@@ -19,6 +18,8 @@ from fedcare.algorithms.training import (
     train_epochs,
 )
 from fedcare.tasks import BINARY
+
+from support.tiny import tiny_data, tiny_model
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=2)
 

@@ -24,6 +24,7 @@ from fedcare.data.unbc.reader import (
     read_pspi,
 )
 from fedcare.data.unbc.summary import summarize
+
 from support.unbc_fixtures import FRAMES, SEQUENCE_LABELS, IMAGE_SHAPE, quirk_paths, write_unbc_fixture
 
 ALL_QUIRKS = dict(

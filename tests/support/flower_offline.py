@@ -19,6 +19,11 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
+from torch import nn
+
+from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, ServerHalf
+from fedcare.algorithms.messages import Message as FedcareMessage
+from fedcare.algorithms.qfedavg import LOSS_AT_GLOBAL
 
 Tensors = dict[str, torch.Tensor]
 
@@ -81,4 +86,60 @@ def run_flower(strategy, initial: Mapping[str, torch.Tensor], rounds) -> list[Te
         for server_round, results in enumerate(rounds, start=1):
             current = flower_round(strategy, server_round, current, results)
             out.append(current)
+    return out
+
+
+# -- the same client results for a Flower strategy and for our server half ------------------
+ROUNDS = 3
+EXAMPLES = {3: 12, 7: 45, 11: 130}  # node id -> example count
+
+
+class Weights(nn.Module):
+    """Parameters only (no buffers), with the shapes of a small conv net, a 0-d one included."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3)
+        self.fc = nn.Linear(8, 5)
+        self.scale = nn.Parameter(torch.tensor(1.5))
+
+
+def weights_model() -> Weights:
+    torch.manual_seed(0)
+    return Weights()
+
+
+def client_results(initial: dict[str, torch.Tensor], rounds: int = ROUNDS):
+    """Per round, per node: (tensors sent back, loss). Fixed by (round, node) only, so the
+    very same results can go to Flower and to us."""
+    out = []
+    for r in range(1, rounds + 1):
+        results = {}
+        for node in EXAMPLES:
+            g = torch.Generator().manual_seed(1000 * r + node)
+            tensors = {k: v + 0.3 * torch.randn(v.shape, generator=g) + 0.02 * node for k, v in initial.items()}
+            loss = 0.2 + 1.5 * torch.rand((), generator=g).item()
+            results[node] = (tensors, loss)
+        out.append(results)
+    return out
+
+
+def for_flower(rounds):
+    return [
+        {n: (t, {"num-examples": EXAMPLES[n], "train_loss": loss}) for n, (t, loss) in results.items()}
+        for results in rounds
+    ]
+
+
+def run_ours(server: ServerHalf, model: nn.Module, rounds) -> list[dict[str, torch.Tensor]]:
+    current = server.initial_message(model)
+    out = []
+    for results in rounds:
+        replies = {
+            n: FedcareMessage({k: v.clone() for k, v in t.items()},
+                       {NUM_EXAMPLES: float(EXAMPLES[n]), TRAIN_LOSS: loss, LOSS_AT_GLOBAL: loss})
+            for n, (t, loss) in results.items()
+        }
+        current = server.aggregate(current, replies)
+        out.append(current.tensors)
     return out

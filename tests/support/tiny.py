@@ -29,3 +29,21 @@ def tiny_data(seed: int, n: int = 40, size: int = 8) -> ClientData:
     x = torch.randint(0, 200, (n, 1, size, size), generator=g, dtype=torch.uint8)
     x[y == 1, :, :4] = torch.clamp(x[y == 1, :, :4].int() + 50, max=255).to(torch.uint8)  # a learnable signal
     return ClientData(x, y)
+
+
+def linear_data(n: int = 24) -> ClientData:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n, 5, generator=g)
+    return ClientData(x, (x[:, 0] > 0).float())
+
+
+class Linear(nn.Module):
+    """One linear layer on linear_data's 5 features: its per-example gradients are checked by hand."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(5, 1)
+
+    def forward(self, x):
+        return self.fc(x).squeeze(1)
