@@ -1,9 +1,9 @@
-"""Small models and data for engine tests."""
+"""Small models and data for engine tests, and one client's fit on them."""
 
 import torch
 from torch import nn
 
-from fedcare.algorithms.training import ClientData
+from fedcare.algorithms.training import ClientData, Randomness
 
 
 class TinyNet(nn.Module):
@@ -16,6 +16,10 @@ class TinyNet(nn.Module):
 
     def forward(self, x):
         return self.classifier(self.features(x)).squeeze(1)
+
+
+BATCHNORM_PREFIXES = ("features.1.", "classifier.2.")  # TinyNet's two BatchNorm layers
+ONE_FIT = Randomness(0, "t", 1, 1)  # the randomness of fit_once's client
 
 
 def tiny_model(seed: int = 0) -> TinyNet:
@@ -47,3 +51,33 @@ class Linear(nn.Module):
 
     def forward(self, x):
         return self.fc(x).squeeze(1)
+
+
+def fit_once(algorithm, model=None, data=None, rng=ONE_FIT):
+    """One client fit of `algorithm` from its server's initial message (on the tiny net and
+    tiny_data(1) unless given): (model, message, state, reply, new state)."""
+    model = model if model is not None else tiny_model()
+    message = algorithm.server.initial_message(model)
+    state = algorithm.client.init_state(model)
+    reply, new_state = algorithm.client.fit(model, message, state, data or tiny_data(1), rng)
+    return model, message, state, reply, new_state
+
+
+def record_fits(federation):
+    """Wrap the client's fit to record (incoming message, incoming state, reply, new state) per call."""
+    calls = []
+    client = federation.algorithm.client
+    original = client.fit
+
+    def fit(model, message, state, data, rng):
+        incoming = message.clone(), {k: v.clone() for k, v in state.items()}
+        reply, new_state = original(model, message, state, data, rng)
+        calls.append((rng.client, rng.round, *incoming, reply.clone(), {k: v.clone() for k, v in new_state.items()}))
+        return reply, new_state
+
+    client.fit = fit
+    return calls
+
+
+def parameter_names(model) -> list[str]:
+    return [n for n, _ in model.named_parameters()]

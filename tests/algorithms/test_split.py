@@ -5,24 +5,19 @@ import torch
 from torch import nn
 
 from fedcare.algorithms import centralized, fedavg, local, pfdl
+from fedcare.algorithms.fedbn import fedbn
+from fedcare.algorithms.feddyn import feddyn, gradient_key
+from fedcare.algorithms.fedper import fedper
+from fedcare.algorithms.fedprox import fedprox
+from fedcare.algorithms.fedrep import fedrep
 from fedcare.algorithms.split import SHARE_ALL, SHARE_NOTHING, ParameterSplit, load_tensors
 from fedcare.algorithms.training import Randomness, TrainSettings
-from fedcare.models.pain_cnn import PainCNN, keras_parameter_count
+from fedcare.models.pain_cnn import PainCNN
 
-from support.tiny import tiny_data, tiny_model
+from support.tiny import BATCHNORM_PREFIXES, fit_once, parameter_names, tiny_data, tiny_model
+
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
-
-
-def test_pain_cnn_has_the_thesis_parameter_count():
-    # Table 4.2: 3,027,585 parameters at 215x215 (Keras counts BatchNorm moving statistics).
-    assert keras_parameter_count(PainCNN(215)) == 3_027_585
-
-
-@pytest.mark.parametrize("size", [16, 32, 215])
-def test_pain_cnn_takes_its_input_size(size):
-    model = PainCNN(size).eval()
-    assert model(torch.zeros(2, 1, size, size)).shape == (2,)
 
 
 def test_pfdl_split_shares_exactly_the_conv_blocks_with_their_batchnorm():
@@ -88,3 +83,29 @@ def test_private_paths_keep_a_head_on_the_client():
     assert ParameterSplit(private_paths=("classifier.1",)).shared_keys(model).count("classifier.4.weight") == 1
     with pytest.raises(ValueError, match="whole model"):
         ParameterSplit(private_paths=("",))
+
+
+# -- the personalized algorithms: each declares what it shares and keeps ----------------------------
+@pytest.mark.parametrize(
+    "make, shared, private",
+    [
+        (lambda: fedprox(SETTINGS, mu=0.1), lambda m: set(m.state_dict()), lambda m: set()),
+        (lambda: fedprox(SETTINGS, mu=0.1, squared=False), lambda m: set(m.state_dict()), lambda m: set()),
+        (lambda: fedbn(SETTINGS), lambda m: {k for k in m.state_dict() if not k.startswith(BATCHNORM_PREFIXES)},
+         lambda m: {k for k in m.state_dict() if k.startswith(BATCHNORM_PREFIXES)}),
+        (lambda: fedper(SETTINGS), lambda m: {k for k in m.state_dict() if k.startswith("features.")},
+         lambda m: {k for k in m.state_dict() if k.startswith("classifier.")}),
+        (lambda: fedrep(SETTINGS), lambda m: {k for k in m.state_dict() if k.startswith("features.")},
+         lambda m: {k for k in m.state_dict() if k.startswith("classifier.")}),
+        (lambda: feddyn(SETTINGS), lambda m: set(m.state_dict()), lambda m: {gradient_key(n) for n in parameter_names(m)}),
+    ],
+    ids=["fedprox", "fedprox-unsquared", "fedbn", "fedper", "fedrep", "feddyn"],
+)
+def test_a_personalized_algorithms_message_holds_exactly_its_shared_tensors(make, shared, private):
+    algorithm = make()
+    model, message, _, reply, new_state = fit_once(algorithm)
+    assert set(message.tensors) == shared(model)  # the server sends the same set
+    assert set(reply.tensors) == shared(model)
+    assert set(reply.scalars) == {"num_examples", "train_loss"}
+    assert set(new_state) == private(model)
+    assert all(torch.isfinite(t.double()).all() for t in reply.tensors.values())

@@ -1,12 +1,22 @@
+"""The in-process federation (`fedcare.runtime.federation`): a seed decides every model, early
+stopping restores each client's best model, clients are sampled by a deterministic fraction, and
+every algorithm runs a short federation the same way twice."""
+
 import math
 
 import torch
 
 from fedcare.algorithms import centralized, fedavg, pfdl
-from fedcare.algorithms.training import TrainSettings
+from fedcare.algorithms.fedbn import fedbn
+from fedcare.algorithms.feddyn import feddyn
+from fedcare.algorithms.fedper import fedper
+from fedcare.algorithms.fedprox import fedprox
+from fedcare.algorithms.fedrep import fedrep
+from fedcare.algorithms.training import ClientData, TrainSettings
 from fedcare.runtime.federation import Federation
 
 from support.tiny import tiny_data, tiny_model
+
 
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
 TRAIN = {1: tiny_data(1), 2: tiny_data(2), 3: tiny_data(3, n=24)}
@@ -53,3 +63,15 @@ def test_client_sampling_is_a_deterministic_fraction():
 def test_centralized_trains_one_pooled_participant():
     federation, result = _run(1, centralized(SETTINGS))
     assert all(h["clients"] == 1 and h["n_train"] == sum(len(d) for d in TRAIN.values()) for h in result.history)
+
+
+def test_every_algorithm_runs_a_short_federation_deterministically():
+    data = {1: tiny_data(1, n=20), 2: tiny_data(2, n=20)}
+    for make in (lambda: fedprox(SETTINGS, mu=0.1), lambda: fedbn(SETTINGS), lambda: fedper(SETTINGS),
+                 lambda: fedrep(SETTINGS), lambda: feddyn(SETTINGS)):
+        results = []
+        for _ in range(2):
+            federation = Federation(tiny_model(), make(), seed=3)
+            info = federation.run_round("p", 1, data)
+            results.append((info["train_loss"], federation.evaluate({1: ClientData(data[1].x, data[1].y)}, "loss")[1]["loss"]))
+        assert results[0] == results[1]

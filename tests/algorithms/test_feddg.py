@@ -8,6 +8,7 @@ from fedcare.runtime.federation import Federation
 
 from support.tiny import tiny_data, tiny_model
 
+
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
 
 

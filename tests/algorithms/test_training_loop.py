@@ -21,6 +21,7 @@ from fedcare.tasks import BINARY
 
 from support.tiny import tiny_data, tiny_model
 
+
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=2)
 
 
