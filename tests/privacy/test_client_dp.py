@@ -35,6 +35,7 @@ from fedcare.privacy.dp_sgd import epsilon
 
 from support.flower_offline import EXAMPLES, ROUNDS, client_results, run_flower, run_ours, weights_model
 
+
 TOL = 1e-6
 
 
