@@ -5,7 +5,6 @@ import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +12,10 @@ from typer.testing import CliRunner
 from fedcare.cli import app
 from fedcare.data import registry
 
-DATA = Path(__file__).parents[1] / "src" / "fedcare" / "data"
+from support import ROOT
+
+
+DATA = ROOT / "src" / "fedcare" / "data"
 
 
 def test_the_registry_lists_the_five_datasets_each_a_package_under_data():

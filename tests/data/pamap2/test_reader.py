@@ -1,15 +1,10 @@
-"""PAMAP2 loader (real layout), windowing, the synthetic generator and the HAR CNN."""
+"""The PAMAP2 loader on fixtures in the real layout (NaN, the subject from the file name, malformed
+rows named by file and line) and its windowing."""
 
-import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from fedcare.data.pamap2.reader import (
     CHANNEL_COLUMNS,
@@ -22,9 +17,8 @@ from fedcare.data.pamap2.reader import (
     make_windows,
     read_pamap2_file,
 )
-from fedcare.data.pamap2.synthetic import generate_pamap2
 from fedcare.data.common import SYNTHETIC_MARKER
-from fedcare.models.har_cnn import HarCNN
+
 
 REAL_FIRST_ROW = (
     "8.38 0 104 30 2.37223 8.60074 3.51048 2.43954 8.76165 3.35465 -0.0922174 0.0568115 -0.0158445 14.6806 "
@@ -32,6 +26,8 @@ REAL_FIRST_ROW = (
     "-0.00678097 -0.00566295 0.47196 -51.0499 43.2903 1 0 0 0 30.3125 9.65918 -1.65569 -0.0997967 9.64689 "
     "-1.55576 0.310404 0.00830026 0.00925038 -0.0175803 -61.1888 -38.9599 -58.1438 1 0 0 0"
 )
+
+
 # activity per fixture row: transient, lying, transient, rope jumping (not a paper class),
 # ironing directly followed by sitting (no transient in between)
 SEGMENTS = [(0, 50), (1, 130), (0, 20), (24, 60), (17, 45), (2, 40)]
@@ -194,97 +190,3 @@ def test_missing_or_empty_folders_name_the_path(tmp_path):
     (tmp_path / "empty" / "PAMAP2_Dataset" / "Protocol" / "subject101.dat").write_text("")
     with pytest.raises(Pamap2LayoutError, match=r"subject101\.dat: empty file"):
         load_pamap2(tmp_path / "empty")
-
-
-# --------------------------------------------------------------------------- generator
-
-
-def _tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
-
-
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gen") / "pamap2"
-    info = generate_pamap2(out, seed=3, subjects=5, seconds_per_activity=14)
-    return out, info
-
-
-def test_generator_writes_the_real_layout(generated):
-    out, info = generated
-    files = sorted(p.name for p in (out / "PAMAP2_Dataset" / "Protocol").iterdir())
-    assert files == [f"subject{s}.dat" for s in range(101, 106)] and info["subjects"] == list(range(101, 106))
-    marker = json.loads((out / SYNTHETIC_MARKER).read_text())
-    assert marker["generator"] == "fedcare.data.synthetic.pamap2" and "SYNTHETIC" in marker["note"]
-    lines = (out / "PAMAP2_Dataset" / "Protocol" / "subject101.dat").read_text().splitlines()
-    rows = [line.split(" ") for line in lines]
-    assert {len(r) for r in rows} == {54}
-    assert info["rows"] == sum(len((out / "PAMAP2_Dataset" / "Protocol" / f).read_text().splitlines()) for f in files)
-    ts = np.array([float(r[0]) for r in rows])
-    assert all(len(r[0].split(".")[1]) == 2 for r in rows[:50])
-    assert np.allclose(np.diff(ts), 0.01)
-    activities = {r[1] for r in rows}
-    assert activities == {"0"} | {str(a) for a in PAPER_ACTIVITIES}  # integer ids, transients included
-    hr = [r[2] for r in rows]
-    nan_share = hr.count("NaN") / len(hr)
-    assert 0.85 < nan_share < 0.95  # ~9 Hz readings at 100 Hz
-    assert all(v.isdigit() for v in hr if v != "NaN")
-    assert all(r[16:20] == ["1", "0", "0", "0"] for r in rows if r[4] != "NaN")
-    assert any(r[4] == "NaN" for r in rows)  # wireless drop-outs in IMU columns
-    assert "nan" not in "".join(lines[:2000])  # the literal is NaN
-
-
-def test_generator_is_deterministic_and_refuses_non_empty_out(generated, tmp_path):
-    out, _ = generated
-    again = tmp_path / "again"
-    generate_pamap2(again, seed=3, subjects=5, seconds_per_activity=14)
-    assert _tree_hash(again) == _tree_hash(out)
-    with pytest.raises(FileExistsError, match=str(again)):
-        generate_pamap2(again, seed=4, subjects=2, seconds_per_activity=3)
-    calls = []
-    info = generate_pamap2(again, seed=4, subjects=[104, 107], seconds_per_activity=3, overwrite=True,
-                           progress=lambda done, total: calls.append((done, total)))
-    assert calls == [(1, 2), (2, 2)] and info["subjects"] == [104, 107]
-    assert sorted(p.name for p in (again / "PAMAP2_Dataset" / "Protocol").iterdir()) == ["subject104.dat", "subject107.dat"]
-    assert _tree_hash(again) != _tree_hash(out)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary sibling left
-
-
-def test_generated_data_loads_and_activities_are_learnable_across_subjects(generated):
-    out, _ = generated
-    w = load_pamap2_windows(out)
-    assert w.synthetic is True and load_pamap2(out / "PAMAP2_Dataset", subjects=[101]).synthetic is True
-    assert w.x.shape[1:] == (27, 200) and not np.isnan(w.x).any()
-    assert sorted(set(w.y.tolist())) == list(range(10))
-    assert min(w.class_counts().values()) >= 5 * 8  # ~14 s per activity and subject -> >= 8 windows
-    feats = np.concatenate([w.x.mean(axis=2), w.x.std(axis=2)], axis=1)
-    train, test = w.subject <= 103, w.subject > 103  # held-out subjects
-    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(feats[train], w.y[train])
-    accuracy = clf.score(feats[test], w.y[test])
-    assert accuracy > 0.5  # chance is 0.1
-
-
-# --------------------------------------------------------------------------- model
-
-
-def test_har_cnn_shapes_and_parameter_count():
-    model = HarCNN()
-    assert [name for name, _ in model.named_children()] == ["features", "classifier"]
-    out = model(torch.zeros(4, 27, 200))
-    assert out.shape == (4, 10)
-    conv1 = 27 * 16 * 9 + 16
-    bn1 = 2 * 16
-    conv2 = 16 * 32 * 9 + 32
-    bn2 = 2 * 32
-    fc1 = 32 * 44 * 64 + 64  # 200 -> conv 192 -> pool 96 -> conv 88 -> pool 44
-    fc2 = 64 * 10 + 10
-    assert sum(p.numel() for p in model.parameters()) == conv1 + bn1 + conv2 + bn2 + fc1 + fc2 == 99466
-    assert sum(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()) == 2
-    short = HarCNN(window=128)  # 128 -> 120 -> 60 -> 52 -> 26
-    assert short.classifier[1].in_features == 32 * 26 and short(torch.zeros(2, 27, 128)).shape == (2, 10)
-    with pytest.raises(ValueError, match="window"):
-        HarCNN(window=27)

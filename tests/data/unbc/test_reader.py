@@ -27,6 +27,7 @@ from fedcare.data.unbc.summary import summarize
 
 from support.unbc_fixtures import FRAMES, SEQUENCE_LABELS, IMAGE_SHAPE, quirk_paths, write_unbc_fixture
 
+
 ALL_QUIRKS = dict(
     black_frame=True, corrupt_png=True, missing_pspi=True, bad_pspi=True, image_without_label=True,
     label_without_image=True, bad_facs=True, missing_facs=True, empty_facs_with_pain=True,
