@@ -28,6 +28,9 @@ from support.deployment import Deployment
 from support.facerec import small_config
 from support.surgical import SYNTH, tiny
 
+pytestmark = pytest.mark.deploy  # real SuperLink and SuperNodes
+
+
 SITES = ["site-1", "site-2", "site-3", "site-4"]
 SURGICAL_CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2"]
 

@@ -18,6 +18,9 @@ from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from support.deployment import Deployment, wait_for
 from support.flower_inprocess import run_experiment_on_flower
 
+pytestmark = pytest.mark.deploy  # real SuperLink and SuperNodes
+
+
 SITES = {"site-101": 101, "site-102": 102, "site-103": 103}
 
 

@@ -1,34 +1,36 @@
-"""fedcare's Flower apps give the same numbers as the in-process simulator (through Flower's
-`run_simulation` with an in-process backend: see flower_inprocess.py)."""
+"""fedcare's Flower apps from Python factories (`make_server_app`, `make_client_app`) give the in-
+process simulator's numbers bit for bit: FedAvg, PFDL, and FedAP and FedDG with their setup
+exchanges, through Flower's `run_simulation` with the in-process backend
+(support/flower_inprocess.py)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 import torch
-from flwr.app import RecordDict
-from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 
 from fedcare.algorithms import fedap, feddg, fedavg, pfdl
-from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import TrainSettings
 from fedcare.runtime.flower import make_client_app, make_server_app
-from fedcare.runtime.flower.client_app import client_id_from
-from fedcare.runtime.sites import SiteError
-from fedcare.runtime.clients import Evaluate, Fit, Snapshot
-from fedcare.runtime.flower.records import Begin, decode_ops, decode_results, encode_ops, encode_results
 from fedcare.runtime.federation import Federation
 
 from support.flower_inprocess import InProcessBackend, simulation_backend
 from support.tiny import tiny_data, tiny_model
 
+
 SEED = 11
+
+
 PHASE = "train"  # the ServerApp's default phase: both runtimes derive generators from it
+
+
 ROUNDS = 2
+
+
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
+
+
 CLIENTS = [1, 2, 3]  # partition-id i <-> client CLIENTS[i]
 
 
@@ -42,50 +44,9 @@ ALGORITHMS: dict[str, Callable] = {
     "fedap": lambda: fedap(SETTINGS),  # a setup exchange, then a personal aggregate for each client
     "feddg": lambda: feddg(SETTINGS, bank_per_client=4),  # a setup exchange answered with an amplitude bank
 }
+
+
 WITH_SETUP = {"fedap", "feddg"}
-
-
-# ------------------------------------------------------------------------------- records
-
-
-def _wire(content: RecordDict) -> RecordDict:
-    """Through Flower's own wire format (protobuf) and back."""
-    proto = recorddict_to_proto(content)
-    return recorddict_from_proto(type(proto).FromString(proto.SerializeToString()))
-
-
-def test_operations_and_results_round_trip_bit_identically():
-    g = torch.Generator().manual_seed(0)
-    tensors = {
-        "w": torch.randn(3, 4, generator=g),
-        "w64": torch.randn(2, 2, generator=g, dtype=torch.float64),
-        "bn.num_batches_tracked": torch.tensor(7, dtype=torch.int64),  # a 0-d int64 buffer
-        "tiny": torch.tensor([1e-45, -0.0, float("inf"), 3.4e38], dtype=torch.float32),
-        "strided": torch.randn(4, 6, generator=g).t(),  # non-contiguous input
-    }
-    scalars = {"num_examples": 40.0, "train_loss": 0.1 + 0.2, "big": 2.0**60 + 1.0}
-    message = FedMessage(tensors, scalars)
-    ops = [("f1", Begin("pfdl", 5, message, reset=True)), ("f1", Fit("session-1", 2, message, "train/5/0")),
-           ("f1", Snapshot()), ("f1", Evaluate(message, "session/1", "binary"))]
-    back = decode_ops(_wire(encode_ops(ops)))
-    assert [(ns, type(op)) for ns, op in back] == [(ns, type(op)) for ns, op in ops]
-    fit = back[1][1]
-    assert (fit.phase, fit.round, fit.data) == ("session-1", 2, "train/5/0") and back[0][1].reset is True
-    for carried in (back[0][1].model, back[1][1].message):
-        assert list(carried.tensors) == list(tensors) and carried.scalars == scalars
-        for k, v in tensors.items():
-            b = carried.tensors[k]
-            assert b.dtype == v.dtype and b.shape == v.shape, k
-            assert np.array_equal(b.numpy().reshape(-1).view(np.uint8), v.contiguous().numpy().reshape(-1).view(np.uint8)), k
-    assert len(encode_ops(ops).array_records) == 1, "a message carried by several operations travels once"
-
-    metrics = {"loss": 0.1 + 0.2, "pr_auc": float("nan"), "n": 96}
-    results = decode_results(_wire(encode_results([message, None, metrics])))
-    assert results[1] is None and results[2]["loss"] == metrics["loss"] and math.isnan(results[2]["pr_auc"])
-    assert torch.equal(results[0].tensors["w"], tensors["w"]) and results[0].scalars == scalars
-
-
-# ---------------------------------------------------------------------------- simulation
 
 
 def _simulator(name: str):
@@ -134,13 +95,3 @@ def test_flower_matches_the_in_process_simulator_bit_for_bit(name):
     if name == "fedap":  # each node received its own aggregate: the personal models differ
         assert len({m["loss"] for m in final["clients_metrics"].values()}) == len(CLIENTS)
     assert [final["clients_metrics"][c]["n"] for c in CLIENTS] == [len(_data(c)) for c in CLIENTS]
-
-
-def test_client_id_comes_from_node_config_never_from_flower_node_ids():
-    assert client_id_from({"site": "hospital-a", "partition-id": 0}, CLIENTS) == "hospital-a"
-    assert client_id_from({"partition-id": 2, "num-partitions": 3}, CLIENTS) == 3
-    assert client_id_from({"partition-id": 2}, None) == 2
-    with pytest.raises(SiteError, match="site"):
-        client_id_from({}, CLIENTS)
-    with pytest.raises(SiteError, match="partition-id 3"):
-        client_id_from({"partition-id": 3}, CLIENTS)

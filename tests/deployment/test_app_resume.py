@@ -15,6 +15,7 @@ from fedcare.studies.rundir import RecordsWriter
 
 from support.flower_inprocess import run_experiment_on_flower
 
+
 SUBJECTS = [101, 102, 103]
 
 

@@ -24,6 +24,7 @@ from fedcare.studies.registry import study_for
 from support.flower_inprocess import run_experiment_on_flower
 from support.surgical import SYNTH, tiny
 
+
 CLIENTS = ["HEI1", "HEI2", "CHO1", "CHO2", "CHO3"]
 
 

@@ -82,6 +82,7 @@ def test_the_serverapp_threads_imports_keep_the_path_ray_adds_meanwhile():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.deploy  # Ray, and the local SuperLink `flwr run` starts
 @pytest.mark.timeout(900)
 def test_flwr_run_on_a_local_simulation_federation_equals_the_simulator(tmp_path, pain_cohort, pain_reference):
     cohort = pain_cohort

@@ -18,6 +18,7 @@ from fedcare.studies.run import run_study
 
 from support.flower_inprocess import run_experiment_on_flower
 
+
 SUBJECTS = [101, 102, 103]
 
 

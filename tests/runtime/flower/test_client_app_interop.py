@@ -51,6 +51,7 @@ from fedcare.runtime.federation import Federation
 from support.flower_inprocess import InProcessBackend, simulation_backend
 from support.tiny import tiny_data, tiny_model
 
+
 SEED = 11
 ROUNDS = 2
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)

@@ -1,9 +1,10 @@
-"""The pain study across a real Flower deployment on 127.0.0.1: a SuperLink with TLS and
-SuperNode authentication, three SuperNodes (one per site), `fedcare flower run` as the
-researcher. PFDL's per-site metrics must equal the in-process simulator's bit for bit, and
-FedAvg's until a site is killed mid-run; that site is reported and the run completes; an
-unregistered site is refused, and so is a registered node that claims another site's name. (Both methods run to the end on Flower's Simulation Engine:
-test_flower_simulation_engine.py; each deployed run costs minutes of Flower's polling.)"""
+"""The pain study across a real Flower deployment on 127.0.0.1: a SuperLink with TLS and SuperNode
+authentication, three SuperNodes (one per site), `fedcare flower run` as the researcher. PFDL's
+per-site metrics must equal the in-process simulator's bit for bit, and FedAvg's until a site is
+killed mid-run; that site is reported and the run completes; an unregistered site is refused, and
+so is a registered node that claims another site's name. (Both methods run to the end on Flower's
+Simulation Engine: test_flower_simulation_engine.py; each deployed run costs minutes of Flower's
+polling.)"""
 
 import json
 import subprocess
@@ -19,6 +20,8 @@ from fedcare.studies.pain.config import PainExperiment
 
 from support.deployment import Deployment, wait_for
 from support.pain_sites import SITES, config, records
+
+pytestmark = pytest.mark.deploy  # real SuperLink and SuperNodes
 
 
 @pytest.fixture(scope="module")
