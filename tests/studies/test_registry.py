@@ -5,7 +5,6 @@ equal numbers; it trains an embedding with a loss that needs the labels and veri
 each client (TAR@FAR from the embeddings)."""
 
 import json
-import shutil
 import sys
 
 import pytest
@@ -17,20 +16,7 @@ from fedcare.studies.load import load_config
 from fedcare.studies import registry
 
 from support import records
-from support.toy import CLIENTS, TOY_STUDY, toy_both_ways, write_experiment
-
-
-@pytest.fixture
-def toy(tmp_path, monkeypatch):
-    """The toy study as a package `fedcare_toy` in a folder of its own, registered as "toy"."""
-    folder = tmp_path / "elsewhere"
-    shutil.copytree(TOY_STUDY, folder / "fedcare_toy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.setenv(registry.ENVIRONMENT, "toy=fedcare_toy")
-    yield folder
-    for name in [m for m in sys.modules if m == "fedcare_toy" or m.startswith("fedcare_toy.")]:
-        del sys.modules[name]
+from support.toy import CLIENTS, toy_both_ways, write_experiment
 
 
 def test_a_registered_study_runs_through_fedcare_run(toy, tmp_path):

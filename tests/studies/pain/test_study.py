@@ -17,9 +17,11 @@ from fedcare.studies.pain.report import summary_markdown
 from fedcare.studies.run import run_study
 from fedcare.studies.rundir import RunDirectoryExists
 
+from support import ROOT
 from support.pain import SUBJECTS, small_config
 
-GOLDEN = Path(__file__).parent / "golden" / "pain_small.json"
+
+GOLDEN = ROOT / "tests" / "golden" / "pain_small.json"
 
 
 def records_of(run_dir: Path) -> list[dict]:

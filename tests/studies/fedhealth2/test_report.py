@@ -15,6 +15,7 @@ from fedcare.studies.run import build_report, summary_markdown
 
 from support.pain_run import write_run as write_pain_run
 
+
 METHODS = ["fedap", "a<b>"]
 CLIENTS = [0, 1, 2]
 N = {0: 10, 1: 30, 2: 60}

@@ -19,9 +19,11 @@ from fedcare.studies.pain.cohort import PainSite, balance_items, items_data, rea
 from fedcare.studies.run import run_study
 from fedcare.studies.rundir import SYNTHETIC_DIR
 
+from support import ROOT
 from support.pain import small_config
 
-CONFIGS = Path(__file__).parents[1] / "configs"
+
+CONFIGS = ROOT / "configs"
 METHODS = ["F(N)", "FP(N)", "FL(N)", "FBN(N)"]
 SEED, UPTO = 5, 1  # small_config: seed 5, last_session 3, so the last training set is train/5/1
 

@@ -3,9 +3,11 @@ reads: each phase's time counted once (a phase called from another pauses its ca
 timings themselves are the benchmark's, not tested here."""
 
 import importlib.util
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("pain_profile", Path(__file__).parents[1] / "benchmarks" / "pain_profile.py")
+from support import ROOT
+
+
+_spec = importlib.util.spec_from_file_location("pain_profile", ROOT / "benchmarks" / "pain_profile.py")
 profile = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(profile)
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import torch
 
@@ -17,8 +15,7 @@ from fedcare.privacy import private_model
 from fedcare.studies.facerec.config import FacerecExperiment
 from fedcare.studies.run import run_study
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_facerec import celeba, one_thread, small_config  # noqa: E402,F401  (the module's synthetic CelebA fixture)
+from support.facerec import small_config
 
 
 def face_loss(model, x, y):
@@ -50,7 +47,7 @@ def test_per_example_gradients_of_the_heads_equal_one_backward_per_example():
                 assert torch.allclose(batched[n][i].reshape(p.shape), p.grad, atol=1e-5, rtol=1e-4), n
 
 
-def test_a_dp_sgd_face_run_trains_with_a_finite_loss_and_epsilon(celeba, tmp_path):  # noqa: F811
+def test_a_dp_sgd_face_run_trains_with_a_finite_loss_and_epsilon(celeba, tmp_path):
     config = small_config(celeba, tmp_path / "cache", methods=["fedavg"])
     config = FacerecExperiment.model_validate({**config.model_dump(mode="json"),
                                                "privacy": {"dp_sgd": {"noise_multiplier": 1.0, "max_grad_norm": 1.0}}})

@@ -14,6 +14,7 @@ from fedcare.studies.run import build_report
 
 from support.pain_run import METHODS, write_run
 
+
 TABLE_FILES = (
     ["summary", "rank_sums"]
     + [f"per_subject_{m}" for m in ("acc", "pr_auc", "f1")]

@@ -29,7 +29,9 @@ from fedcare.studies.pain.config import PainExperiment
 from fedcare.studies.rundir import RunDirectory, RunDirectoryExists, mark_if_crashed, update_run_info
 from fedcare.studies.run import build_report, resume_study, run_study
 
+from support import ROOT
 from support.interrupt import interrupted_at_round
+
 
 SUBJECTS = [42, 43, 80]
 
@@ -260,7 +262,7 @@ def test_resume_refuses_a_running_or_finished_run(cohort, reference, tmp_path):
 def test_the_report_of_an_interrupted_run_says_incomplete_and_keeps_the_synthetic_banner(tmp_path, monkeypatch):
     from fedcare.runtime.federation import Federation
 
-    config = load_config(Path(__file__).parents[1] / "configs" / "pain" / "demo.toml", [
+    config = load_config(ROOT / "configs" / "pain" / "demo.toml", [
         "seeds=[1]", "methods=['FP(N)']", "data.synthetic.frame_scale=0.02", "data.synthetic.subjects=[42,43,80]",
         "protocol.subjects=[43,80]", "protocol.pretrain_subjects=[42]", "protocol.image_size=16",
         "protocol.last_session=3", "train.max_rounds=1"])

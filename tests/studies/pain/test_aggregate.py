@@ -1,14 +1,13 @@
-"""Metrics and the thesis's aggregation (positive-session mask, example weighting, SD between
-subjects, seed averaging, rank sums) against hand-computed values."""
+"""The pain study's aggregation of test records (fedcare.studies.pain.aggregate) against hand-
+computed values: the positive-session mask, example weighting, SD between subjects, seed
+averaging; and reading records back."""
 
-import json
 import math
 
 import numpy as np
 import pytest
 
-from fedcare.evaluation.metrics import binary_metrics
-from fedcare.evaluation.statistics import rank_sums, rank_units, read_records, weighted_mean_sd
+from fedcare.evaluation.statistics import read_records
 from fedcare.studies.pain.aggregate import (
     aggregate,
     load_test_records,
@@ -17,91 +16,6 @@ from fedcare.studies.pain.aggregate import (
     per_subject_values,
 )
 
-# -- binary_metrics -------------------------------------------------------------------
-
-
-def test_binary_metrics_hand_example():
-    m = binary_metrics(np.array([0, 0, 1, 1]), np.array([0.1, 0.6, 0.4, 0.9]))
-    # predictions at 0.5: [0, 1, 0, 1] -> tp 1 (0.9), fp 1 (0.6), fn 1 (0.4), tn 1 (0.1)
-    assert (m["tp"], m["tn"], m["fp"], m["fn"]) == (1, 1, 1, 1)
-    assert (m["n"], m["positives"]) == (4, 2)
-    assert m["acc"] == pytest.approx(0.5)
-    assert m["precision"] == pytest.approx(0.5)
-    assert m["recall"] == pytest.approx(0.5)
-    assert m["f1"] == pytest.approx(0.5)
-    # Average precision, scores descending 0.9(+) 0.6(-) 0.4(+) 0.1(-):
-    # recall steps 0 -> 0.5 at precision 1/1 and 0.5 -> 1 at precision 2/3: 0.5*1 + 0.5*2/3 = 5/6.
-    assert m["pr_auc"] == pytest.approx(5 / 6)
-    # ROC-AUC: of the 4 (positive, negative) pairs, 3 are ordered correctly (0.4 < 0.6 is not).
-    assert m["roc_auc"] == pytest.approx(0.75)
-    assert list(m) == ["acc", "pr_auc", "f1", "precision", "recall", "roc_auc", "n", "positives", "tp", "tn", "fp", "fn"]
-
-
-def test_binary_metrics_threshold_and_json():
-    m = binary_metrics(np.array([0.0, 0.0, 1.0, 1.0]), np.array([0.1, 0.6, 0.4, 0.9]), threshold=0.3)
-    # predictions [0, 1, 1, 1]: tp 2, fp 1, tn 1, fn 0
-    assert (m["tp"], m["tn"], m["fp"], m["fn"]) == (2, 1, 1, 0)
-    assert m["acc"] == pytest.approx(0.75)
-    assert m["precision"] == pytest.approx(2 / 3)
-    assert m["recall"] == pytest.approx(1.0)
-    assert m["f1"] == pytest.approx(0.8)
-    assert m["pr_auc"] == pytest.approx(5 / 6)  # threshold-free
-    assert all(type(m[k]) is int for k in ("n", "positives", "tp", "tn", "fp", "fn"))
-    json.dumps(m, allow_nan=False)  # plain Python numbers
-
-
-def test_binary_metrics_single_class():
-    m = binary_metrics(np.array([0, 0, 0]), np.array([0.2, 0.7, 0.1]))
-    assert math.isnan(m["pr_auc"]) and math.isnan(m["roc_auc"])
-    assert m["acc"] == pytest.approx(2 / 3)
-    assert (m["precision"], m["recall"], m["f1"]) == (0.0, 0.0, 0.0)  # zero_division=0
-    assert m["positives"] == 0 and m["fp"] == 1
-
-    m = binary_metrics(np.array([1, 1]), np.array([0.2, 0.7]))
-    assert math.isnan(m["pr_auc"]) and math.isnan(m["roc_auc"])
-    assert m["recall"] == pytest.approx(0.5) and m["precision"] == pytest.approx(1.0)
-
-
-def test_binary_metrics_edge_cases():
-    empty = binary_metrics(np.array([]), np.array([]))
-    assert empty["n"] == 0 and math.isnan(empty["acc"])
-    diverged = binary_metrics(np.array([0, 1]), np.array([np.nan, 0.3]))
-    assert diverged["n"] == 2 and diverged["positives"] == 1
-    assert all(math.isnan(diverged[k]) for k in ("acc", "f1", "pr_auc", "tp"))
-    with pytest.raises(ValueError):
-        binary_metrics(np.array([0, 2]), np.array([0.1, 0.2]))
-    with pytest.raises(ValueError):
-        binary_metrics(np.array([0, 1]), np.array([0.1]))
-
-
-# -- weighted_mean_sd and rank_sums ---------------------------------------------------
-
-
-def test_weighted_mean_sd_hand_example():
-    mean, sd = weighted_mean_sd([0.5, 1.0, 0.0], [2, 1, 1])
-    assert mean == pytest.approx((0.5 * 2 + 1.0 + 0.0) / 4)  # 0.5
-    # plain population SD of the values (not weighted): mean 0.5, squared deviations 0, .25, .25
-    assert sd == pytest.approx(math.sqrt(0.5 / 3))
-    # NaN values are dropped with their weights
-    assert weighted_mean_sd([0.2, float("nan")], [1, 5]) == (pytest.approx(0.2), 0.0)
-    m, s = weighted_mean_sd([], [])
-    assert math.isnan(m) and math.isnan(s)
-
-
-def test_rank_sums_hand_example_with_tie_and_nan():
-    table = {
-        "A": {1: 0.5, 2: 0.9, 3: 0.1, 4: float("nan")},
-        "B": {1: 0.7, 2: 0.9, 3: 0.3, 4: 0.5, 5: 0.9},
-        "C": {1: 0.6, 2: 0.2, 3: 0.2, 4: 0.4, 5: 0.1},
-    }
-    # unit 1: A 0, C 1, B 2 | unit 2: C 0, A and B tie for ranks 1 and 2 -> 1.5 each
-    # unit 3: A 0, C 1, B 2 | unit 4: A is NaN -> skipped | unit 5: A missing -> skipped
-    assert rank_sums(table) == {"A": 1.5, "B": 5.5, "C": 2.0}
-    assert rank_units(table) == [1, 2, 3]
-    assert list(rank_sums(table)) == ["A", "B", "C"]
-
-
-# -- aggregation of test records ------------------------------------------------------
 
 # (session, client, n, positives, f1) of one seed; f1 depends on the method and seed below.
 LAYOUT = [
@@ -112,8 +26,12 @@ LAYOUT = [
     (1, 30, 100, 5),
     (2, 30, 100, 5),
 ]
+
+
 # method "Second" (appears second), seed 1: f1 per record; seed 2 adds 0.1 everywhere
 SECOND_F1 = [0.2, 0.6, 0.5, 0.9, 0.4, 0.8]
+
+
 # method "First" (appears first): f1 by client only, both seeds
 FIRST_F1 = {10: 0.7, 20: 0.1, 30: 0.3}
 

@@ -13,10 +13,10 @@ from fedcare.cli import app
 from fedcare.config import DPSGD, Privacy
 from fedcare.studies.load import load_config
 from fedcare.studies.run import run_study
-from test_study_registry import toy  # noqa: F401 (a fixture)
 
 from support import records
 from support.toy import toy_both_ways, write_experiment
+
 
 PRIVACY = "[privacy.client_dp]\nnoise_multiplier = 0.5\nclipping_norm = 2.0\n"
 

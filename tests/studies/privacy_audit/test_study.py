@@ -12,12 +12,14 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
+
+from support import ROOT
+
 
 SHRINK = ["protocol.rounds=1", 'methods=["local", "FedBN"]', "protocol.noise_multipliers=[1.5]", "inversion.steps=2",
           "data.clients=3", "data.train=16", "data.test=16", "protocol.shadow_models=2"]
@@ -150,7 +152,7 @@ main()
 @pytest.mark.timeout(300)
 def test_a_native_crash_is_reported_not_taken_for_an_interruption(tmp_path):
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
                                                         os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", CRASH, "demo", "privacy_audit", "--out", str(out), *SETS],
                           capture_output=True, text=True, timeout=280, env=env)
@@ -168,7 +170,7 @@ def test_a_budget_level_is_named_built_and_read_back():
     from fedcare.studies.load import load_config
     from fedcare.studies.privacy_audit.methods import _level, algorithm_name, cases, dp_sgd, level_label
 
-    config = load_config(Path(__file__).parents[1] / "configs" / "privacy_audit" / "demo.toml", [])
+    config = load_config(ROOT / "configs" / "privacy_audit" / "demo.toml", [])
     levels = list(dict.fromkeys(level for level, _ in cases(config)))
     assert levels == [None, 0.6, 1.5, "epsilon<=10"] and level_label("epsilon<=10") == "DP epsilon<=10"
     dp = dp_sgd("epsilon<=10", config).dp_sgd

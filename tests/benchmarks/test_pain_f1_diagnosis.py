@@ -2,13 +2,15 @@
 the example-weighted F1 of given predictions, and ROC-AUC within groups."""
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import f1_score, roc_auc_score
 
+from support import ROOT
+
+
 _spec = importlib.util.spec_from_file_location(
-    "pain_f1_diagnosis", Path(__file__).parents[1] / "benchmarks" / "pain_f1_diagnosis.py")
+    "pain_f1_diagnosis", ROOT / "benchmarks" / "pain_f1_diagnosis.py")
 diagnosis = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(diagnosis)
 

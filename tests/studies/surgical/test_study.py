@@ -1,7 +1,6 @@
 """The surgical tool-presence study (Markert 2022) end to end on a tiny generated Cholec80 +
-HeiChole copy: the loss's positive weights, the model, the statistics (Mann-Whitney, CosSim,
-GradDiff, ALTV/EGOV), a whole run and its report, resume, Flower's Simulation Engine, the
-demo and bad input."""
+HeiChole copy: the loss's positive weights, ALTV and EGOV on a run's records, a whole run and its
+report, resume, Flower's Simulation Engine, the demo and bad input."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import csv
 import html
 import itertools
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -19,43 +17,24 @@ from sklearn.metrics import f1_score, precision_recall_fscore_support
 from torch.nn import functional as F
 from typer.testing import CliRunner
 
-from fedcare.algorithms.messages import Message
 from fedcare.cli import app
 from fedcare.config import ConfigError, to_toml
 from fedcare.studies.load import load_config
 from fedcare.data.surgical.clients import TOOLS, FrameCache, thesis_clients
-from fedcare.data.surgical.synthetic import generate_surgical
 from fedcare.deployment.app import check_experiment
 from fedcare.runtime.federation import Federation
 from fedcare.studies import run as run_module
 from fedcare.studies.registry import study_for
 from fedcare.studies.run import resume_study, run_study
-from fedcare.studies.surgical.aggregate import (ALTV, EGOV, Run, Score, View, final_views, index_run, pooled_score,
-                                                views_at)
+from fedcare.studies.surgical.aggregate import ALTV, EGOV, index_run, pooled_score, views_at
 from fedcare.studies.surgical.config import (SurgicalData, SurgicalExperiment, SurgicalModel, SurgicalSynthetic,
                                              SurgicalTrain)
-from fedcare.studies.surgical.models import WeightsError, build_model, load_weights
-from fedcare.studies.surgical.report import (
-    convergence, one_sided_p, orderings, stalled, table_a1, table_convergence, unconverged, unsettled,
-)
-from fedcare.studies.surgical.updates import server_statistics, update_statistics
+from fedcare.studies.surgical.models import build_model
 
-from support import records
+from support import ROOT, records
 from support.flower_inprocess import run_experiment_on_flower
 from support.interrupt import interrupted_at_round
-from support.surgical import ALL, CLIENTS, SYNTH, tiny
-
-
-@pytest.fixture(scope="module")
-def synth(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("surgical") / "copies"
-    generate_surgical(root, **SYNTH)
-    return root
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("frames")
+from support.surgical import ALL, CLIENTS, tiny
 
 
 @pytest.fixture(scope="module")
@@ -92,196 +71,6 @@ def test_pos_weight_is_per_client_by_default_and_pooled_with_global(synth, cache
     assert torch.allclose(study.global_pos_weight, expected, rtol=1e-6)
     task = study.algorithm("feddyn").client.settings.task
     assert all(torch.equal(task._weight(runtime.sites[c].data("train")), study.global_pos_weight) for c in CLIENTS)
-
-
-# -- statistics ------------------------------------------------------------------------------
-def exact_less_p(x, y) -> float:
-    """P(U_x <= u_obs) under H0 by enumerating every way of drawing x's ranks (no ties)."""
-    pooled = sorted(x + y)
-    u = lambda xs, ys: sum(a > b for a in xs for b in ys)  # noqa: E731
-    observed = u(x, y)
-    draws = [u([pooled[i] for i in pick], [pooled[i] for i in range(len(pooled)) if i not in pick])
-             for pick in itertools.combinations(range(len(pooled)), len(x))]
-    return sum(d <= observed for d in draws) / len(draws)
-
-
-def test_mann_whitney_one_sided_against_a_hand_example_and_enumeration():
-    assert one_sided_p([1.0, 2.0], [3.0, 4.0, 5.0]) == pytest.approx(0.1)  # U = 0: 1 of C(5, 2) = 10 orders
-    assert one_sided_p([3.0, 4.0, 5.0], [1.0, 2.0]) == pytest.approx(1.0)
-    x, y = [0.1, 0.45, 0.7, 0.2], [0.3, 0.5, 0.9, 0.8, 0.6]
-    assert one_sided_p(x, y) == pytest.approx(exact_less_p(x, y))
-    assert math.isnan(one_sided_p([], y))
-
-
-def test_cossim_and_graddiff_on_a_hand_made_aggregate():
-    before = Message({"w": torch.tensor([0.0, 0.0]), "b": torch.tensor([1.0])})
-    after = Message({"w": torch.tensor([0.5, 0.5]), "b": torch.tensor([1.0])})
-    replies = {"a": Message({"w": torch.tensor([1.0, 0.0]), "b": torch.tensor([1.0])}, {"num_examples": 3.0}),
-               "b": Message({"w": torch.tensor([0.0, 2.0]), "b": torch.tensor([1.0])}, {"num_examples": 1.0})}
-    stats = update_statistics(before, replies, after)
-    # a: update (1, 0), global (0.5, 0.5): cos = 0.5 / (1 * sqrt(0.5)); ||(1, 0) - (0.5, 0.5)||^2 = 0.5
-    assert stats["a"]["cossim"] == pytest.approx(1 / math.sqrt(2))
-    assert stats["a"]["graddiff"] == pytest.approx(0.5)
-    # b: update (0, 2): cos = 1 / (2 * sqrt(0.5)); ||(0, 2) - (0.5, 0.5)||^2 = 0.25 + 2.25
-    assert stats["b"]["cossim"] == pytest.approx(1 / math.sqrt(2))
-    assert stats["b"]["graddiff"] == pytest.approx(2.5)
-    assert stats["a"]["n"] == 3.0
-    # FedRep sends the body only: the statistics see what was sent and nothing else
-    body = update_statistics(Message({"w": before.tensors["w"]}), {c: Message({"w": m.tensors["w"]}) for c, m in
-                                                                   replies.items()}, Message({"w": after.tensors["w"]}))
-    assert body["b"]["graddiff"] == pytest.approx(2.5)
-    still = update_statistics(before, replies, before)  # no global update: the cosine is undefined
-    assert math.isnan(still["a"]["cossim"])
-
-
-def test_table_a1_has_client_columns_the_change_vs_altv_in_brackets_mean_and_variance():
-    clients = ["HEI1", "CHO1"]
-    run = Run(clients=clients, tools=["a", "b"], train_frames={"HEI1": 1.0, "CHO1": 3.0}, methods=[], seeds=[])
-
-    def view(hei1: tuple, cho1: tuple) -> View:
-        return View({"HEI1": Score(dict(zip("ab", hei1))), "CHO1": Score(dict(zip("ab", cho1)))}, Score({}))
-
-    views = {ALTV: view((0.2, 0.4), (0.5, 0.5)), "fedavg": view((0.6, 0.6), (0.3, 0.5))}  # macros 0.3 0.5 / 0.6 0.4
-    table = table_a1(run, views)
-    assert table.columns == ["", "HEI1", "CHO1", "Mean", "Var"]
-    assert table.rows[0] == ["ALTV", "0.300", "0.500", "0.400", "0.01000"]
-    assert table.rows[1] == ["FedAvg", "0.600 (+0.300)", "0.400 (-0.100)", "0.500 (+0.100)", "0.01000"]
-    # across the rows above, per client: mean and population variance
-    assert table.rows[2] == ["Mean (all)", "0.450", "0.450", "", ""]
-    assert table.rows[3] == ["Var (all)", "0.02250", "0.00250", "", ""]
-    assert table.csv_rows[1][:4] == ["fedavg", pytest.approx(0.6), pytest.approx(0.4), pytest.approx(0.5)]
-
-
-def test_the_thesis_orderings_and_stalled_methods_are_read_from_the_records():
-    run = Run(clients=["HEI1"], tools=["a"], train_frames={"HEI1": 1.0}, methods=[], seeds=[])
-    views = {name: View({"HEI1": Score({"a": f1})}, Score({})) for name, f1 in
-             (("ALTV", 0.4), ("fedavg", 0.5), ("feddyn", 0.45), ("fedprox", 0.3), ("cent", 0.49))}
-    checks = orderings(views)
-    assert [c[:4] for c in checks] == [("FedAvg > ALTV", 0.5, 0.4, True), ("FedDyn <= ALTV", 0.45, 0.4, False),
-                                       ("FedProx > ALTV", 0.3, 0.4, False), ("CENT >= FedAvg - 0.02", 0.49, 0.5, True)]
-    # p: Table 6.1's one-sided test that the left side is larger, on the client x tool values
-    assert [c.p for c in checks] == [one_sided_p([0.4], [0.5]), one_sided_p([0.4], [0.45]), one_sided_p([0.4], [0.3]),
-                                     one_sided_p([0.5], [0.49])]
-    assert all(c.n == 1 for c in checks) and checks[0].p < checks[2].p
-    run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10}
-                  for m, losses in (("lot", (1.004, 1.0)), ("fedavg", (1.0, 0.8))) for r, loss in enumerate(losses, 1)]
-    notes = stalled(run)
-    assert len(notes) == 1 and notes[0].startswith("LOT: the training loss moved only from 1.004 (round 1) to 1.000")
-
-
-def test_a_loss_has_converged_when_its_last_3_rounds_settle_and_it_has_fallen():
-    """docs/studies/surgical.md's criterion: (max - min) / L_R over rounds R-3..R < 2%, and
-    L_1 - L_R > 1% of L_1 (LOT's flat 1.004 -> 1.0 in the old 12-round demo is no convergence)."""
-    run = Run(clients=["HEI1"], tools=["a"], train_frames={"HEI1": 1.0}, methods=[], seeds=[])
-    curves = {"fedavg": (1.0, 0.8, 0.6, 0.509, 0.5, 0.505, 0.5),  # settle 0.018: converged
-              "fedprox": (1.0, 0.8, 0.6, 0.511, 0.5, 0.505, 0.5),  # settle 0.022: not yet
-              "lot": (1.004, 1.003, 1.002, 1.001, 1.0),  # settled but never fell
-              "cent": (1.0, 0.5, 0.5)}  # too few rounds to tell
-    run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10}
-                  for m, losses in curves.items() for r, loss in enumerate(losses, 1)]
-    result = {c.method: (c.settle, c.fall, c.converged) for c in convergence(run)}
-    assert result["fedavg"] == (pytest.approx(0.018), pytest.approx(0.5), True)
-    assert result["fedprox"][0] == pytest.approx(0.022) and result["fedprox"][2] is False
-    assert result["lot"][0] < 0.02 and result["lot"][1] == pytest.approx(0.004 / 1.004) and result["lot"][2] is False
-    assert math.isnan(result["cent"][0]) and result["cent"][2] is False
-
-
-def test_server_step_and_the_clients_weighted_update_on_a_hand_made_aggregate():
-    before = Message({"w": torch.tensor([3.0, 4.0])})  # norm 5
-    replies = {"a": Message({"w": torch.tensor([4.0, 4.0])}, {"num_examples": 3.0}),  # update (1, 0)
-               "b": Message({"w": torch.tensor([3.0, 8.0])}, {"num_examples": 1.0})}  # update (0, 4)
-    after = Message({"w": torch.tensor([3.0, 4.0 + 5.0])})  # the server stepped (0, 5)
-    stats = server_statistics(before, replies, after)
-    assert stats["server_step"] == pytest.approx(5 / 5)
-    # weighted by frames: (3 * (1, 0) + 1 * (0, 4)) / 4 = (0.75, 1), norm 1.25
-    assert stats["mean_update"] == pytest.approx(1.25 / 5)
-
-
-def test_unconverged_methods_are_explained_by_what_the_run_recorded():
-    run = Run(clients=["HEI1"], tools=["a"], train_frames={"HEI1": 1.0}, methods=[], seeds=[])
-    curves = {"fedavg": (1.0, 0.6, 0.55, 0.6, 0.55),  # still swinging, the server still stepping
-              "feddyn": (1.0, 0.9, 1.2, 1.25, 1.3),  # rose above its start
-              "cent": (1.0, 0.6, 0.5, 0.5, 0.5, 0.5),  # converged: no note
-              "feddg": (1.0, 0.6, 0.55, 0.6, 0.55)}  # swinging with the server's rate annealed: noise
-    steps = {"fedavg": (0.004, 0.00001), "feddyn": (0.01, 0.001), "feddg": (0.00001, 0.000001)}  # last 3 summed
-    rates = {"feddg": lambda r: 0.001 * (5 - r) / 4}  # annealed to 0 at round 5; the others constant
-    run.rounds = [{"method": m, "seed": 0, "round": r, "train_loss": loss, "n_train": 10,
-                   **({"server_step": steps[m][0] * (r > 1), "mean_update": steps[m][1],
-                       "server_lr": rates.get(m, lambda r: 0.001)(r)} if m in steps else {})}
-                  for m, losses in curves.items() for r, loss in enumerate(losses, 1)]
-    notes = unconverged(run)
-    assert len(notes) == 3
-    assert notes[2].startswith("FedDG: its training loss moved by 9.1% over the last 3 rounds, in which the server's "
-                               "steps (its learning rate annealed) came to 0.003% of the model's norm")
-    assert "per-epoch loss's own noise (dropout, amplitude spectra redrawn every epoch)" in notes[2]
-    assert notes[0].startswith("FedAvg: its training loss moved by 9.1% over the last 3 rounds")
-    assert "updates came to 0.003% of the model's norm" in notes[0] and "by 1.2%, 400 times as far" in notes[0]
-    assert notes[1].startswith("FedDyn: its training loss ended above its first round's (1.000 -> 1.300): it diverged")
-    rows = {row[0]: row for row in table_convergence(run).rows}
-    assert rows["FedAvg"][6:] == ["1.2%", "0.003%"] and rows["CENT"][5:] == ["yes", "-", "-"]
-
-
-def test_an_ordering_within_the_last_rounds_swings_is_called_unsettled():
-    def scored(method, rnd, f1, **counts):
-        return {"type": "client_eval", "method": method, "seed": 0, "round": rnd, "client": "A", "f1/t": f1,
-                **{f"{k}/t": v for k, v in counts.items()}}
-
-    records = [{"type": "clients", "clients": {"A": {"train": 1, "test": 1}}, "tools": ["t"]}]
-    for rnd, (avg, prox) in enumerate(((0.5, 0.7), (0.9, 0.7), (0.5, 0.7), (0.7, 0.9)), 1):
-        records += [{**scored("lot", rnd, 2 / 3, tp=1, fp=1, fn=0), "model": "A"}, scored("fedavg", rnd, avg),
-                    scored("fedprox", rnd, prox)]
-    run = index_run(records)
-    views = final_views(run)
-    notes = unsettled(run, views)  # ALTV = 2/3; FedAvg ends 0.033 above it after swings of 0.4, FedProx 0.233 after 0.2
-    assert len(notes) == 1 and notes[0].startswith("FedAvg: its Table A.1 mean moved by up to 0.400")
-    assert "(+0.033)" in notes[0]
-
-
-# -- the model ----------------------------------------------------------------------------------
-def test_the_model_is_torchvisions_with_6_outputs_and_normalises_inside(tmp_path):
-    torchvision = pytest.importorskip("torchvision")
-    for name, reference in (("alexnet", torchvision.models.alexnet), ("vgg13", torchvision.models.vgg13)):
-        torch.manual_seed(3)
-        theirs = reference(weights=None, num_classes=6).state_dict()
-        torch.manual_seed(3)
-        ours = build_model(name).state_dict()
-        assert list(ours) == list(theirs) and all(torch.equal(ours[k], theirs[k]) for k in theirs)
-    model = build_model("alexnet", 0.125, 16).eval()
-    assert "mean" not in model.state_dict() and "std" not in model.state_dict()  # never in a message
-    x = torch.rand(3, 3, 64, 96)
-    out = model(x)
-    assert out.shape == (3, 6)
-    mean, std = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
-    plain = model.classifier(torch.flatten(model.avgpool(model.features((x - mean) / std)), 1))
-    assert torch.allclose(out, plain)
-    with torch.no_grad():  # scoring in chunks gives the same outputs
-        model.inference_batch = 2
-        assert torch.allclose(model(x), plain.detach(), atol=1e-6)
-
-
-def test_a_weights_file_fills_every_layer_but_the_last_and_a_wrong_one_is_refused(tmp_path):
-    torch.manual_seed(0)
-    source = build_model("alexnet", 0.125, 16)
-    source.classifier[6] = torch.nn.Linear(16, 1000)  # ImageNet's 1000 classes, as torchvision's files
-    path = tmp_path / "alexnet-imagenet.pth"
-    torch.save(source.state_dict(), path)
-    torch.manual_seed(1)
-    model = build_model("alexnet", 0.125, 16)
-    last = model.classifier[6].weight.detach().clone()
-    loaded = load_weights(model, path)
-    assert "classifier.6.weight" not in loaded and len(loaded) == len(model.state_dict()) - 2
-    assert all(torch.equal(model.state_dict()[k], source.state_dict()[k]) for k in loaded)
-    assert torch.equal(model.classifier[6].weight, last)  # the 6-output layer keeps its own init
-    with pytest.raises(WeightsError, match=r"alexnet-imagenet.pth: 'features.0.weight' has shape \(8, 3, 11, 11\) in "
-                                           r"the file but \(16, 3, 11, 11\) in the model"):
-        load_weights(build_model("alexnet", 0.25, 16), path)
-    vgg = tmp_path / "vgg.pth"
-    torch.save(build_model("vgg13", 0.125, 16).state_dict(), vgg)
-    with pytest.raises(WeightsError, match=r"vgg.pth: 'features.0.weight' has shape \(8, 3, 3, 3\)"):
-        load_weights(build_model("alexnet", 0.125, 16), vgg)
-    (tmp_path / "junk.pth").write_bytes(b"not a torch file")
-    with pytest.raises(WeightsError, match="junk.pth: not a PyTorch state-dict file"):
-        load_weights(model, tmp_path / "junk.pth")
 
 
 # -- ALTV and EGOV --------------------------------------------------------------------------
@@ -419,7 +208,7 @@ def test_what_pools_data_is_refused_across_sites(tmp_path, change, message):
 
 
 def test_the_shipped_sites_config_runs_across_sites_with_a_site_per_client():
-    config = load_config(Path(__file__).parents[1] / "configs" / "surgical" / "sites.toml")
+    config = load_config(ROOT / "configs" / "surgical" / "sites.toml")
     check_experiment(config, "sites.toml")
     assert sorted(config.deployment.sites.values()) == sorted(CLIENTS) and "cent" not in config.methods
 
@@ -488,7 +277,7 @@ def test_bad_input_is_one_line_naming_the_file(synth, cache, tmp_path):
 
 
 def test_the_study_page_documents_every_config_key():
-    page = (Path(__file__).parents[1] / "docs" / "studies" / "surgical.md").read_text()
+    page = (ROOT / "docs" / "studies" / "surgical.md").read_text()
     section = page[page.index("\n## Config options\n"):]
     end = section.find("\n## ", 1)
     section = section if end < 0 else section[:end]
