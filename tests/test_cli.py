@@ -9,6 +9,9 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 
+from support import ROOT
+
+
 COMMANDS = [[], ["run"], ["demo"], ["report"], ["data"], ["data", "synth"], ["data", "synth", "pain"],
             ["data", "summary"], ["data", "summary", "unbc"], ["flower"], ["flower", "supernode"],
             ["flower", "clientapps"]]
@@ -141,7 +144,7 @@ def test_a_config_refuses_a_site_name_that_is_not_an_identifier(tmp_path):
 @pytest.mark.parametrize("out", ["", ".", "..", "/"])
 def test_an_out_that_names_no_new_folder_is_one_clear_line(out, tmp_path):
     """`--out ''` printed "PosixPath('.') has an empty name"."""
-    config = Path(__file__).parents[1] / "configs" / "fedhealth2" / "demo.toml"
+    config = ROOT / "configs" / "fedhealth2" / "demo.toml"
     result = CliRunner().invoke(app, ["run", str(config), "--out", out])
     assert result.exit_code == 2 and "name a new folder for the run" in result.output and "PosixPath" not in result.output
 
@@ -224,7 +227,7 @@ def test_flower_run_binds_sites_to_their_keys_or_says_it_does_not(tmp_path):
     supernode's key goes into its node config, where the ClientApp signs the greeting with it."""
     from fedcare.runtime.flower.certs import make_site_key
 
-    config = str(Path(__file__).parents[1] / "src/fedcare/configs/pain/sites.toml")
+    config = str(ROOT / "src/fedcare/configs/pain/sites.toml")
     runner = CliRunner()
 
     def flower_run(*extra):

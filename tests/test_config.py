@@ -6,6 +6,9 @@ from fedcare.config import ConfigError, to_toml
 from fedcare.studies import registry
 from fedcare.studies.load import load_config
 
+from support import ROOT
+
+
 MINIMAL = """
 methods = ["F(C)"]
 [data]
@@ -68,7 +71,7 @@ def test_resolved_config_round_trips(tmp_path):
 
 
 def test_shipped_configs_validate():
-    root = Path(__file__).parents[1] / "configs"
+    root = ROOT / "configs"
     paths = sorted(root.glob("*/*.toml"))
     assert {p.parent.name for p in paths} == set(registry.BUILT_IN)  # every built-in study ships its configs
     for path in paths:
@@ -154,7 +157,7 @@ def test_every_shipped_config_written_with_the_old_names_resolves_to_the_same_va
     from fedcare.config import validate
 
     renamed_some = 0
-    for path in sorted((Path(__file__).parents[1] / "configs").glob("*/*.toml")):
+    for path in sorted((ROOT / "configs").glob("*/*.toml")):
         config = load_config(path)
         raw = tomllib.loads(path.read_text())
         old = _with_old_names(raw, type(config).renamed)
