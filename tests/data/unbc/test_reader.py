@@ -328,9 +328,6 @@ def test_cli_bad_path_exits_2_naming_the_path(tmp_path, make):
 
 
 def test_cli_synth_pain_generates_a_clean_cohort(tmp_path):
-    pain = pytest.importorskip("fedcare.data.unbc.synthetic")
-    if not hasattr(pain, "generate_pain_cohort"):
-        pytest.skip("fedcare.data.unbc.synthetic.generate_pain_cohort not written yet")
     out = tmp_path / "cohort"
     args = ["data", "synth", "pain", str(out), "--subjects", "42,43", "--frame-scale", "0.01", "--image-size", "32"]
     result = CliRunner().invoke(_cli(), args)

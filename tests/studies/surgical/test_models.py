@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torchvision
 
 from fedcare.studies.surgical.models import WeightsError, build_model, load_weights
 
 
 def test_the_model_is_torchvisions_with_6_outputs_and_normalises_inside(tmp_path):
-    torchvision = pytest.importorskip("torchvision")
     for name, reference in (("alexnet", torchvision.models.alexnet), ("vgg13", torchvision.models.vgg13)):
         torch.manual_seed(3)
         theirs = reference(weights=None, num_classes=6).state_dict()
