@@ -1,4 +1,6 @@
-from pathlib import Path
+"""Experiment files as text (fedcare.config.toml): unknown or mistyped keys named (with the nearest
+key for a --set), --set overrides, missing or bad files named, the resolved config written back
+and read again, the shipped configs valid, and the renamed options read under their old names."""
 
 import pytest
 
@@ -7,66 +9,36 @@ from fedcare.studies import registry
 from fedcare.studies.load import load_config
 
 from support import ROOT
-
-
-MINIMAL = """
-methods = ["F(C)"]
-[data]
-root = "unbc"
-"""
-
-
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "exp.toml"
-    path.write_text(text)
-    return path
-
-
-def test_defaults_are_the_thesis_protocol_and_relative_root_resolves(tmp_path):
-    config = load_config(_write(tmp_path, MINIMAL))
-    assert config.data.root == tmp_path / "unbc"
-    assert config.train.lr == 1e-3 and config.train.batch_size == 32 and config.train.local_epochs == 5
-    assert config.protocol.balance_per_class == 200 and config.protocol.image_size == 215
-    assert config.seeds == list(range(123, 133))
+from support.experiment_files import FEDHEALTH2, MINIMAL, write_exp
 
 
 def test_unknown_key_is_an_error_naming_it(tmp_path):
     with pytest.raises(ConfigError, match=r"exp.toml: train.learning_rate: unknown key; known keys here: .*\blr\b"):
-        load_config(_write(tmp_path, MINIMAL + "[train]\nlearning_rate = 0.1\n"))
+        load_config(write_exp(tmp_path, MINIMAL + "[train]\nlearning_rate = 0.1\n"))
 
 
 def test_mistyped_value_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"train.local_epochs"):
-        load_config(_write(tmp_path, MINIMAL + "[train]\nlocal_epochs = 'five'\n"))
-
-
-def test_unknown_method_is_rejected(tmp_path):
-    with pytest.raises(ConfigError, match="unknown method 'FX\\(C\\)'"):
-        load_config(_write(tmp_path, MINIMAL.replace("F(C)", "FX(C)")))
-
-
-def test_data_needs_exactly_one_source(tmp_path):
-    with pytest.raises(ConfigError, match="exactly one of data.root"):
-        load_config(_write(tmp_path, 'methods = ["BC"]\n[data]\npspi_threshold = 1\n'))
+        load_config(write_exp(tmp_path, MINIMAL + "[train]\nlocal_epochs = 'five'\n"))
 
 
 def test_set_overrides_typed_values(tmp_path):
-    config = load_config(_write(tmp_path, MINIMAL), ["train.max_rounds=3", "seeds=[1, 2]", "title=hello world"])
+    config = load_config(write_exp(tmp_path, MINIMAL), ["train.max_rounds=3", "seeds=[1, 2]", "title=hello world"])
     assert config.train.max_rounds == 3 and config.seeds == [1, 2] and config.title == "hello world"
     with pytest.raises(ConfigError, match="expected key=value"):
-        load_config(_write(tmp_path, MINIMAL), ["train.max_rounds"])
+        load_config(write_exp(tmp_path, MINIMAL), ["train.max_rounds"])
 
 
 def test_missing_file_and_bad_toml_name_the_file(tmp_path):
     with pytest.raises(ConfigError, match="nope.toml: no such config file"):
         load_config(tmp_path / "nope.toml")
     with pytest.raises(ConfigError, match="exp.toml: not valid TOML"):
-        load_config(_write(tmp_path, "methods = [\n"))
+        load_config(write_exp(tmp_path, "methods = [\n"))
 
 
 def test_resolved_config_round_trips(tmp_path):
-    config = load_config(_write(tmp_path, MINIMAL), ["pfdl.lr_factor=5.0"])
-    again = load_config(_write(tmp_path, to_toml(config)))
+    config = load_config(write_exp(tmp_path, MINIMAL), ["pfdl.lr_factor=5.0"])
+    again = load_config(write_exp(tmp_path, to_toml(config)))
     assert again == config
 
 
@@ -81,7 +53,7 @@ def test_shipped_configs_validate():
 
 def test_a_bad_set_key_is_named_as_given_with_the_nearest_key(tmp_path):
     """Not the packaged file in pydantic's words: the `--set` it came from and the key meant."""
-    path = _write(tmp_path, MINIMAL)
+    path = write_exp(tmp_path, MINIMAL)
     with pytest.raises(ConfigError) as e:
         load_config(path, ["train.max_round=3"])
     assert str(e.value) == "--set train.max_round=3: train.max_round: unknown key; did you mean train.max_rounds?"
@@ -92,46 +64,37 @@ def test_a_bad_set_key_is_named_as_given_with_the_nearest_key(tmp_path):
 
 def test_a_list_given_as_a_scalar_shows_the_list_form(tmp_path):
     with pytest.raises(ConfigError) as e:
-        load_config(_write(tmp_path, MINIMAL), ["seeds=1"])
+        load_config(write_exp(tmp_path, MINIMAL), ["seeds=1"])
     assert str(e.value) == "--set seeds=1: seeds: expected a list, e.g. seeds = [1]"
     with pytest.raises(ConfigError, match=r"exp.toml: methods: expected a list, e.g. methods = \[\"BC\"\]"):
-        load_config(_write(tmp_path, 'methods = "BC"\n[data]\nroot = "unbc"\n'))
+        load_config(write_exp(tmp_path, 'methods = "BC"\n[data]\nroot = "unbc"\n'))
 
 
 # -- one vocabulary: the renamed options -----------------------------------------------------
-FEDHEALTH2 = """
-study = "fedhealth2"
-methods = ["fedprox"]
-[data]
-dataset = "pamap2"
-[data.synthetic]
-"""
-
-
 def test_an_old_option_name_loads_with_a_warning_naming_both_and_the_same_value(tmp_path, caplog):
-    new = load_config(_write(tmp_path, FEDHEALTH2 + "[train]\nmu = 0.005\n"))
+    new = load_config(write_exp(tmp_path, FEDHEALTH2 + "[train]\nmu = 0.005\n"))
     with caplog.at_level("WARNING", logger="fedcare.config"):
-        old = load_config(_write(tmp_path, FEDHEALTH2 + "[options]\nfedprox_mu = 0.005\nfedap_lambda = 0.25\n"))
+        old = load_config(write_exp(tmp_path, FEDHEALTH2 + "[options]\nfedprox_mu = 0.005\nfedap_lambda = 0.25\n"))
     assert old.train.mu == new.train.mu == 0.005 and old.options.fedap_lambda == 0.25
     assert old == new.model_copy(update={"options": old.options})
     assert [r.getMessage() for r in caplog.records] == [
         f"{tmp_path / 'exp.toml'}: options.fedprox_mu is now called train.mu; the old name is read until the next release"]
     caplog.clear()
     with caplog.at_level("WARNING", logger="fedcare.config"):  # --set takes the old name too
-        assert load_config(_write(tmp_path, FEDHEALTH2), ["options.fedprox_mu=0.02"]).train.mu == 0.02
+        assert load_config(write_exp(tmp_path, FEDHEALTH2), ["options.fedprox_mu=0.02"]).train.mu == 0.02
     assert "options.fedprox_mu is now called train.mu" in caplog.text
 
 
 def test_an_option_under_its_old_and_its_new_name_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match=r"exp.toml: .*options.fedprox_mu and train.mu are one option .*give train.mu "
                                           r"only"):
-        load_config(_write(tmp_path, FEDHEALTH2 + "[train]\nmu = 0.1\n[options]\nfedprox_mu = 0.1\n"))
+        load_config(write_exp(tmp_path, FEDHEALTH2 + "[train]\nmu = 0.1\n[options]\nfedprox_mu = 0.1\n"))
 
 
 @pytest.mark.parametrize("table, key", [("train", "fedprox_mu"), ("options", "mu"), ("train", "learning_rate")])
 def test_unknown_keys_are_still_errors_naming_the_key(tmp_path, table, key):
     with pytest.raises(ConfigError, match=rf"exp.toml: {table}.{key}: unknown key"):
-        load_config(_write(tmp_path, FEDHEALTH2 + f"[{table}]\n{key} = 0.1\n"))
+        load_config(write_exp(tmp_path, FEDHEALTH2 + f"[{table}]\n{key} = 0.1\n"))
 
 
 def _with_old_names(raw: dict, renamed: dict[str, str]) -> dict:
@@ -168,40 +131,4 @@ def test_every_shipped_config_written_with_the_old_names_resolves_to_the_same_va
 
 def test_an_old_name_beside_a_new_table_that_is_not_a_table_is_an_error_naming_it(tmp_path):
     with pytest.raises(ConfigError, match=r"exp.toml: train: Input should be a valid dictionary"):
-        load_config(_write(tmp_path, 'train = 3\n' + FEDHEALTH2 + "[options]\nfedprox_mu = 0.1\n"))
-
-
-def test_a_method_listed_twice_is_refused(tmp_path):
-    """FedHealth 2 accepted methods = ["fedavg", "fedavg"] and reported "finished" at 5 of 10."""
-    with pytest.raises(ConfigError, match=r"exp.toml: methods: Value error, fedavg listed more than once"):
-        load_config(_write(tmp_path, FEDHEALTH2.replace('methods = ["fedprox"]', 'methods = ["fedavg", "fedavg"]')))
-
-
-def test_face_verification_with_fewer_identities_than_clients_is_refused(tmp_path):
-    """It ran with empty clients and an all-NA table."""
-    text = ('study = "facerec"\nmethods = ["fedavg"]\n[data]\nidentities = 10\nclients = 12\n'
-            '[data.synthetic]\nidentities = 30\n[protocol]\nunseen = [12]\n')
-    with pytest.raises(ConfigError, match=r"data.identities = 10 is fewer than data.clients = 12"):
-        load_config(_write(tmp_path, text))
-    with pytest.raises(ConfigError, match=r"data.synthetic.identities = 8 is fewer than data.clients = 12"):
-        load_config(_write(tmp_path, text.replace("identities = 10", "identities = 40").replace("identities = 30", "identities = 8")))
-
-
-def test_a_relative_data_root_is_stored_resolved(tmp_path, monkeypatch):
-    """`fedcare run exp.toml` (a relative config path) kept `root = "unbc"` in the run's
-    config.toml, and `fedcare resume` then looked for it inside `<out>.partial`."""
-    _write(tmp_path, MINIMAL)
-    monkeypatch.chdir(tmp_path)
-    config = load_config("exp.toml")
-    assert config.data.root == tmp_path / "unbc" and config.data.root.is_absolute()
-    assert f'root = "{tmp_path / "unbc"}"' in to_toml(config)
-
-
-def test_more_threads_than_cores_is_refused(tmp_path):
-    """`runtime.threads=100000` segfaulted (exit 139) and left run.json saying "running"."""
-    import os
-
-    with pytest.raises(ConfigError, match=rf"--set runtime.threads=100000: runtime.threads: Value error, threads = "
-                                          rf"100000 is more than this machine's {os.cpu_count()} cores"):
-        load_config(_write(tmp_path, MINIMAL), ["runtime.threads=100000"])
-    assert load_config(_write(tmp_path, MINIMAL), [f"runtime.threads={os.cpu_count()}"]).runtime.threads == os.cpu_count()
+        load_config(write_exp(tmp_path, 'train = 3\n' + FEDHEALTH2 + "[options]\nfedprox_mu = 0.1\n"))
