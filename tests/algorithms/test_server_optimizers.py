@@ -2,7 +2,7 @@
 
 For every algorithm Flower also ships (FedAvg, FedProx's server side, FedAdam, FedYogi,
 FedAdagrad, FedAvgM, QFedAvg) the same client results go to Flower's strategy, driven
-offline as `Strategy.start` drives it (tests/flower_offline.py), and to ours, for three
+offline as `Strategy.start` drives it (tests/support/flower_offline.py), and to ours, for three
 consecutive rounds (the optimizers carry moments), and the global tensors must agree to 1e-6.
 
 Where our definition differs from Flower's, the difference is pinned here and our

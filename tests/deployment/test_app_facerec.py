@@ -1,5 +1,5 @@
 """The face-verification study through Flower's Simulation Engine (`run_simulation`, the
-in-process backend of flower_inprocess.py) equals the in-process simulator bit for bit, with
+in-process backend of support/flower_inprocess.py) equals the in-process simulator bit for bit, with
 local ArcFace heads of a different size at every site (each site partitions its CelebA copy
 and keeps its own client's faces), with either impostor pool."""
 

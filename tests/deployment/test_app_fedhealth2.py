@@ -1,6 +1,6 @@
 """FedHealth 2 with the natural split (one client per PAMAP2 subject or X-ray site folder, each
 reading only its own data) through Flower's Simulation Engine (`run_simulation`, the
-in-process backend of flower_inprocess.py) equals the in-process simulator bit for bit;
+in-process backend of support/flower_inprocess.py) equals the in-process simulator bit for bit;
 what cannot run across sites (the Dirichlet split of one pooled dataset, FedAP's pooled
 pretraining) is refused before any site is contacted."""
 

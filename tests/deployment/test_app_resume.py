@@ -2,7 +2,7 @@
 keeps the simulator's checkpoint units, each site keeps its side (its private state as of the
 last checkpoint) in its own state folder, and the resumed run ends with the records of an
 uninterrupted one, byte for byte. In process here (Flower's Simulation Engine, the in-process
-backend of flower_inprocess.py); test_flower_deploy_resume.py SIGKILLs a real coordinator."""
+backend of support/flower_inprocess.py); test_cli_deployed_resume.py SIGKILLs a real coordinator."""
 
 import json
 from pathlib import Path

@@ -3,7 +3,7 @@ authentication, three SuperNodes (one per site), `fedcare flower run` as the res
 per-site metrics must equal the in-process simulator's bit for bit, and FedAvg's until a site is
 killed mid-run; that site is reported and the run completes; an unregistered site is refused, and
 so is a registered node that claims another site's name. (Both methods run to the end on Flower's
-Simulation Engine: test_flower_simulation_engine.py; each deployed run costs minutes of Flower's
+Simulation Engine: test_cli_simulation_engine.py; each deployed run costs minutes of Flower's
 polling.)"""
 
 import json
@@ -92,7 +92,7 @@ def _partial_records(out: Path) -> list[dict]:
 @pytest.mark.timeout(1200)
 def test_a_site_killed_in_round_2_is_reported_and_rejoins(deployment, pain_cohort, pain_reference):
     """SIGKILL site-80's SuperNode once round 1 of session 1 is done. The SuperLink notices
-    after its heartbeat timeout (about 20 s with the tests' 10 s heartbeat: deployment.py;
+    after its heartbeat timeout (about 20 s with the tests' 10 s heartbeat: support/deployment.py;
     about a minute with Flower's default); until then the round waits, then goes on
     with the two sites that answered. The site is restarted and rejoins, resuming from its
     state file; the run completes and its report names the site and what it missed. Until the

@@ -5,7 +5,7 @@ records must equal the in-process simulator's bit for bit, and its report must c
 sites' preflight. One deployment serves both studies: every site's data folder holds a
 synthetic CelebA copy with synthetic Cholec80 and HeiChole copies beside it (`cholec80/`,
 `heichole/`), and each experiment's [deployment.sites] says which client a site is. (The pain
-study's deployment, with a killed site and refused nodes: test_flower_deploy.py.)"""
+study's deployment, with a killed site and refused nodes: test_cli_deployed_pain.py.)"""
 
 from __future__ import annotations
 

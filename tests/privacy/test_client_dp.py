@@ -1,6 +1,6 @@
 """Client-level DP at the server (fedcare.privacy.client_dp) against Flower 1.41's
 DifferentialPrivacyServerSideFixedClipping and ...AdaptiveClipping as oracles, driven
-offline (tests/flower_offline.py) on the same client results as tests/test_flower_equivalence.py.
+offline (tests/support/flower_offline.py) on the same client results as tests/algorithms/test_server_optimizers.py.
 
 Without noise the clipping (and the adaptive norm's path) must agree to 1e-6 over three
 rounds; with noise, the difference to the noise-free aggregate must have the std

@@ -7,7 +7,7 @@
 - a client dropping out after masking, or after the shares, still lets the round finish when
   at least the threshold are left, and not below it;
 - algorithms whose server needs each reply are refused up front, saying why.
-Flower's Simulation Engine gives the simulator's records bit for bit: tests/test_privacy_study.py."""
+Flower's Simulation Engine gives the simulator's records bit for bit: tests/studies/test_run_privacy.py."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 small counts suppressed, and the coordinator refuses an experiment the sites cannot run
 (missing tool, empty split, label set mismatch, different copies), naming the site. The
 refusal runs through the real ServerApp and ClientApp on Flower's Simulation Engine (in
-process: flower_inprocess.py); the real multi-process deployment writes the preflight to the
-report in test_flower_deploy_studies.py."""
+process: support/flower_inprocess.py); the real multi-process deployment writes the preflight to the
+report in tests/deployment/test_cli_deployed_studies.py."""
 
 from __future__ import annotations
 

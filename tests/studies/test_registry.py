@@ -1,8 +1,8 @@
 """A study added from outside fedcare through the registry alone: its own folder (a copy of
-tests/toy_study in a temporary folder) and one FEDCARE_STUDIES entry, no edit anywhere else.
-It runs through `fedcare run`, the in-process simulator and Flower's Simulation Engine, with
-equal numbers; it trains an embedding with a loss that needs the labels and verifies at
-each client (TAR@FAR from the embeddings)."""
+tests/support/toy_study in a temporary folder: the `toy` fixture, tests/studies/conftest.py) and
+one FEDCARE_STUDIES entry, no edit anywhere else. It runs through `fedcare run`, the in-process
+simulator and Flower's Simulation Engine, with equal numbers; it trains an embedding with a loss
+that needs the labels and verifies at each client (TAR@FAR from the embeddings)."""
 
 import json
 import sys

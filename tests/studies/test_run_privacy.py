@@ -1,5 +1,5 @@
 """The privacy layer on whole studies: DP-SGD on the pain study (its CNN's BatchNorm becomes
-GroupNorm), client-level DP on the toy study of tests/toy_study (registered from outside
+GroupNorm), client-level DP on the toy study of tests/support/toy_study (registered from outside
 fedcare) through `fedcare run` and on Flower's Simulation Engine with the same records, bit
 for bit, as the simulator. The toy's margin head enters the loss by its weight, not by a
 layer call, so Opacus has no per-example gradient for it: DP-SGD refuses it by name."""

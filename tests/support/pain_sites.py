@@ -1,5 +1,6 @@
-"""The small pain experiment that the Flower deployment (test_flower_deploy.py) and Flower's
-Simulation Engine with Ray (test_flower_simulation_engine.py) run, and its records."""
+"""The small pain experiment that the Flower deployment (tests/deployment/test_cli_deployed_pain.py)
+and Flower's Simulation Engine with Ray (tests/deployment/test_cli_simulation_engine.py) run, and
+its records."""
 
 from __future__ import annotations
 

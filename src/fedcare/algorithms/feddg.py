@@ -39,7 +39,7 @@ def amplitude_mix(x: torch.Tensor, bank: torch.Tensor, p: float, generator: torc
     Only the chosen images are transformed, through the real FFT: an image's spectrum is
     Hermitian-symmetric, so its first W//2 + 1 columns carry all of it (the bank's full
     spectra are cut to match) and the mix costs under a third of a full complex FFT of the
-    whole batch (benchmarks/feddg_mix.py), with the same result to float rounding (tests/test_feddg.py)."""
+    whole batch (benchmarks/feddg_mix.py), with the same result to float rounding (tests/algorithms/test_feddg.py)."""
     if len(bank) == 0 or p <= 0:
         return x
     n, host = len(x), generator.device  # drawn on the generator's device (the CPU): the same draws on every device

@@ -33,7 +33,7 @@ How Flower 1.41 and FedLab differ from this definition
   half fixes it. Its L is `1 / client_learning_rate`. It also applies the
   update to every array, integer ones included (num_batches_tracked becomes a float and its
   L·(n_t − n_k) enters ‖Δ_k‖²). Given the same F_k, L and only floating-point tensors, its
-  aggregate equals ours (tests/test_flower_equivalence.py checks it to 1e-6).
+  aggregate equals ours (tests/algorithms/test_server_optimizers.py checks it to 1e-6).
 - **FedLab's `qFedAvgClientTrainer`** computes Δ_k and h_k on the client from `ret_loss`,
   the **sum** of the batch losses of the **last local epoch** (reset each epoch, accumulated
   while the weights move), instead of the mean loss at w^t; L is 1/lr; only

@@ -1,7 +1,7 @@
 """Robust aggregation for the FedAvg family (`[robustness] rule`, docs/robustness.md): the
 server's weighted mean of the replies replaced by a rule that a few hostile or broken replies
 cannot drag far, as Flower 1.41's strategies (flwr.serverapp.strategy) compute them, checked
-against them in tests/test_robust.py:
+against them in tests/algorithms/test_robust.py:
 
 - "median": the coordinate-wise median of the replies (FedMedian);
 - "trimmed_mean": per coordinate, the mean after cutting the `trim_fraction` largest and

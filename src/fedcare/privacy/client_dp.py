@@ -1,6 +1,6 @@
 """Client-level DP at the server (DP-FedAvg: McMahan et al. 2018; adaptive clipping: Andrew
 et al. 2021), as Flower 1.41's DifferentialPrivacyServerSideFixedClipping and
-...AdaptiveClipping do it, checked against them in tests/test_privacy_client_dp.py.
+...AdaptiveClipping do it, checked against them in tests/privacy/test_client_dp.py.
 
 Each reply's update (its shared floating-point tensors minus the current global ones) is
 clipped to the clipping norm C (one L2 norm over all tensors); the clipped replies are
@@ -21,7 +21,7 @@ Choices written down:
 - Adaptive, the count: Flower 1.41 counts the *clipped* replies and applies the paper's update
   to that fraction, which moves C away from its target (all clipped: C shrinks further). Here
   the paper's count of unclipped replies is used; docs/privacy.md gives a reproduction of
-  Flower's behaviour. Fixed clipping equals Flower's (tests/test_privacy_client_dp.py).
+  Flower's behaviour. Fixed clipping equals Flower's (tests/privacy/test_client_dp.py).
 - Integer tensors (BatchNorm's counter) carry no gradient: they are averaged unclipped.
 - Accounting: the Gaussian mechanism composed over rounds with Opacus's RDP accountant at
   sampling rate 1 (no amplification, as Flower's accounting requires): conservative when a

@@ -160,7 +160,7 @@ class PoissonBatches:
 
     def epoch(self, n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
         """Opacus's UniformWithReplacementSampler's draws (the same batches from the same
-        generator, tests/test_privacy_budget.py), on the generator's device: torch's default
+        generator, tests/privacy/test_dp_sgd_budget.py), on the generator's device: torch's default
         device is not assumed."""
         q = self.rate(n, batch_size)
         for _ in range(self.steps_per_epoch(n, batch_size)):

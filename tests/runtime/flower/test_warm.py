@@ -1,6 +1,6 @@
 """The warm ClientApp launcher (`fedcare.runtime.flower.warm`, `fedcare flower clientapps`) and
 how `fedcare flower supernode` starts it. That a deployment answers through it, with the
-simulator's numbers, is tested end to end in test_flower_deploy.py."""
+simulator's numbers, is tested end to end in tests/deployment/test_cli_deployed_pain.py."""
 
 import json
 import os

@@ -1,14 +1,13 @@
-"""On PYTHONPATH of the test deployment's SuperNodes only (deployment.py): Python imports this
-file at start-up. In the `flower-supernode` process it shortens the node's heartbeat to 10 s,
-the shortest interval the SuperLink accepts (`HEARTBEAT_MIN_INTERVAL`); Flower 1.41 has no
-option for it. The SuperLink marks a node offline after 2 intervals without a heartbeat, so
-a killed site is noticed after about 20 s instead of about a minute (tests/test_flower_deploy.py).
+"""On PYTHONPATH of the test deployment's SuperNodes only (support/deployment.py): Python imports
+this file at start-up. In the `flower-supernode` process it shortens the node's heartbeat to
+10 s, the shortest interval the SuperLink accepts (`HEARTBEAT_MIN_INTERVAL`); Flower 1.41 has no
+option for it. The SuperLink marks a node offline after 2 intervals without a heartbeat, so a
+killed site is noticed after about 20 s instead of about a minute
+(tests/deployment/test_cli_deployed_pain.py).
 
-Only the node's heartbeat to the SuperLink changes (the interval it declares and how often
-it sends): the SuperNode's own deadlines for its ClientApp processes
-(`flwr.supercore.corestate`) and every other process (SuperExec, ClientApps) keep Flower's
-defaults.
-"""
+Only the node's heartbeat to the SuperLink changes (the interval it declares and how often it
+sends): the SuperNode's own deadlines for its ClientApp processes (`flwr.supercore.corestate`)
+and every other process (SuperExec, ClientApps) keep Flower's defaults."""
 
 import os
 import sys

@@ -1,6 +1,6 @@
-"""A toy study, registered from outside fedcare (tests/test_study_registry.py copies this folder
-into a temporary one and names it in FEDCARE_STUDIES): identities as points, an embedding
-model trained with a cosine-margin head that needs the labels (as ArcFace does), and
+"""A toy study, registered from outside fedcare (the `toy` fixture of tests/studies/conftest.py
+copies this folder into a temporary one and names it in FEDCARE_STUDIES): identities as points,
+an embedding model trained with a cosine-margin head that needs the labels (as ArcFace does), and
 verification (TAR@FAR) computed at each client. Nothing outside this folder knows it."""
 
 from __future__ import annotations
