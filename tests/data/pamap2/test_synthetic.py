@@ -1,9 +1,7 @@
 """The synthetic PAMAP2 generator: the real layout, the same bytes for a seed, and activities a
 model can learn across subjects."""
 
-import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,13 +13,7 @@ from fedcare.data.pamap2.reader import PAPER_ACTIVITIES, load_pamap2, load_pamap
 from fedcare.data.pamap2.synthetic import generate_pamap2
 from fedcare.data.common import SYNTHETIC_MARKER
 
-
-def _tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
+from support import tree_hash
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +51,7 @@ def test_generator_is_deterministic_and_refuses_non_empty_out(generated, tmp_pat
     out, _ = generated
     again = tmp_path / "again"
     generate_pamap2(again, seed=3, subjects=5, seconds_per_activity=14)
-    assert _tree_hash(again) == _tree_hash(out)
+    assert tree_hash(again) == tree_hash(out)
     with pytest.raises(FileExistsError, match=str(again)):
         generate_pamap2(again, seed=4, subjects=2, seconds_per_activity=3)
     calls = []
@@ -67,7 +59,7 @@ def test_generator_is_deterministic_and_refuses_non_empty_out(generated, tmp_pat
                            progress=lambda done, total: calls.append((done, total)))
     assert calls == [(1, 2), (2, 2)] and info["subjects"] == [104, 107]
     assert sorted(p.name for p in (again / "PAMAP2_Dataset" / "Protocol").iterdir()) == ["subject104.dat", "subject107.dat"]
-    assert _tree_hash(again) != _tree_hash(out)
+    assert tree_hash(again) != tree_hash(out)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary sibling left
 
 

@@ -1,9 +1,6 @@
 """The synthetic chest X-ray generator: the layout, the same bytes for a seed, nothing half-written
 on failure, and classes learnable from the pixels."""
 
-import hashlib
-from pathlib import Path
-
 import cv2
 import numpy as np
 import pytest
@@ -12,13 +9,7 @@ from sklearn.linear_model import LogisticRegression
 from fedcare.data.xray.synthetic import generate_xray
 from fedcare.data.xray.reader import load_xray, read_xray
 
-
-def _tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
+from support import tree_hash
 
 
 def test_generator_writes_the_layout_deterministically(tmp_path):
@@ -29,7 +20,7 @@ def test_generator_writes_the_layout_deterministically(tmp_path):
     assert (tmp_path / "a" / "Curated X-Ray Dataset" / "Normal" / "Normal (1).jpg").is_file()
     generate_xray(tmp_path / "b", seed=3, scale=0.003, image_size=32)
     generate_xray(tmp_path / "c", seed=4, scale=0.003, image_size=32)
-    assert _tree_hash(tmp_path / "a") == _tree_hash(tmp_path / "b") != _tree_hash(tmp_path / "c")
+    assert tree_hash(tmp_path / "a") == tree_hash(tmp_path / "b") != tree_hash(tmp_path / "c")
     with pytest.raises(FileExistsError, match="not empty"):
         generate_xray(tmp_path / "a", scale=0.003)
 
