@@ -35,6 +35,7 @@ from fedcare.device import Compute, DeviceUnavailable
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.preflight import Expectations
+from fedcare.runtime.refs import DataRef
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies.checkpoint import Checkpoint, NoCheckpoint
 from fedcare.studies.rundir import Progress
@@ -44,23 +45,29 @@ Records = Callable[[dict], None]
 
 
 class StudyRuntime(Protocol):
-    """What a protocol sees of its clients, in process (`LocalRuntime`) or at their sites
-    (`fedcare.runtime.flower.FlowerRuntime`)."""
+    """What a protocol (and the run sequence) sees of its clients, in process (`LocalRuntime`)
+    or at their sites (`fedcare.runtime.flower.FlowerRuntime`)."""
 
     synthetic: bool
     local_data: Any  # the study's in-process data for pooled steps; None at sites
+    sites: Mapping[ClientId, Site] | None  # every client's site, in this process; None across sites
 
     def summaries(self) -> Mapping[ClientId, dict]: ...
 
     def federation(self, model: nn.Module, algorithm: str, seed: int, client_fraction: float = 1.0,
                    label: Mapping[str, Any] | None = None) -> Federation: ...
 
-    def pool(self, refs: Mapping[ClientId, str]) -> ClientData:
+    def pool(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
         """The clients' data that `refs` name, in one (in this process only)."""
 
-    def facts(self) -> dict: ...
+    def start_facts(self) -> dict:
+        """What run.json says from the start (a run across sites: that it is one)."""
 
-    def notes(self) -> list[str]: ...
+    def facts(self) -> dict:
+        """What run.json says at the end (a run across sites: the sites, what each missed)."""
+
+    def notes(self) -> list[str]:
+        """What the report's notes say about the runtime (synthetic data, sites that missed rounds)."""
 
 
 class Study(ABC):
@@ -287,7 +294,7 @@ class StudyProtocol(ABC):
                 if not self.finished(*key):
                     self.finish_unit(f"seed {seed}: {method} stopped (training diverged)", *key, federation=None)
 
-    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, str], metrics: str, *, method: str,
+    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, DataRef], metrics: str, *, method: str,
                          seed: int, **point: Any) -> dict[ClientId, dict]:
         """Each client's own model on the data `refs` names, its `metrics` computed at the
         client; one "client_eval" record per client: method, seed, the point (e.g.

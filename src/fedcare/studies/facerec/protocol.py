@@ -16,6 +16,7 @@ from torch import nn
 from fedcare.algorithms.training import ClientData
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
+from fedcare.studies.facerec.data import Evaluation, Training
 from fedcare.studies.facerec.methods import labels_of
 
 METRICS = "tuned-verification"
@@ -48,8 +49,8 @@ class FacerecProtocol(StudyProtocol):
         of the same identities), labelled for the method's head."""
         def sets(client: int):
             site = self.runtime.sites[client]
-            test = site.data(f"eval/{labels}/1")
-            return site.data(f"train/{labels}"), ClientData(test.x, test.y)
+            test = site.data(Evaluation(labels, 1))
+            return site.data(Training(labels)), ClientData(test.x, test.y)
 
         return sets
 
@@ -86,11 +87,11 @@ class FacerecProtocol(StudyProtocol):
         if done:
             federation.load_state_dict(self.checkpoint.state("federation"))
         for rnd in range(len(done) + 1, rounds + 1):
-            info = federation.run_round("train", rnd, {c: f"train/{labels}" for c in training})
+            info = federation.run_round("train", rnd, {c: Training(labels) for c in training})
             self.record("round", method=method, seed=seed, phase="train", round=rnd, **info)
             if rnd == rounds:
                 for path in range(1, paths + 1):
-                    self.evaluate_clients(federation, {c: f"eval/{labels}/{path}" for c in clients}, METRICS,
+                    self.evaluate_clients(federation, {c: Evaluation(labels, path) for c in clients}, METRICS,
                                           method=method, seed=seed, round=rnd)
                 if self.audit is not None:  # a local head's rows are its client's: no peer view
                     self.audit.run(federation, training, method, seed, self.membership_sets(labels),

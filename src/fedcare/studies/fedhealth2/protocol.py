@@ -19,6 +19,7 @@ from fedcare.runtime.federation import Federation
 from fedcare.seeding import derive_seed, numpy_rng
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.fedhealth2.config import PRETRAINED_METHODS
+from fedcare.studies.fedhealth2.data import PretrainShare, TestSplit, TrainSplit
 from fedcare.studies.fedhealth2.methods import PRETRAIN
 
 
@@ -55,7 +56,7 @@ class FedHealth2Protocol(StudyProtocol):
         model = self.new_model(seed)
         if self.config.protocol.pretrain == "pooled":
             # centralized training on a random share of the pooled training data
-            pooled = self.runtime.pool({c: f"train/{seed}" for c in clients})
+            pooled = self.runtime.pool({c: TrainSplit(seed) for c in clients})
             rng = numpy_rng(seed, "pretrain-share")
             share = rng.permutation(len(pooled))[: max(2, int(self.config.protocol.pretrain_fraction * len(pooled)))]
             data = ClientData(pooled.x[torch.from_numpy(share)], pooled.y[torch.from_numpy(share)])
@@ -64,13 +65,13 @@ class FedHealth2Protocol(StudyProtocol):
         else:  # FedAvg on each client's own share, one round per pretraining epoch
             federation = self.runtime.federation(model, "fedavg", seed, label={"method": "pretrain", "seed": seed})
             for rnd in range(1, t.pretrain_epochs + 1):
-                info = federation.run_round("pretrain", rnd, {c: f"pretrain/{seed}" for c in clients})
+                info = federation.run_round("pretrain", rnd, {c: PretrainShare(seed) for c in clients})
                 self.record("round", method="pretrain (federated)", seed=seed, phase="pretrain", round=rnd, **info)
         return federation.global_message.clone().tensors
 
     # -- the protocol -----------------------------------------------------------------
     def evaluate(self, federation: Federation, method: str, seed: int, rnd: int, clients: list) -> None:
-        self.evaluate_clients(federation, {c: f"test/{seed}" for c in clients}, "accuracy", method=method, seed=seed,
+        self.evaluate_clients(federation, {c: TestSplit(seed) for c in clients}, "accuracy", method=method, seed=seed,
                               round=rnd)
 
     def run_method(self, method: str, seed: int, clients: list, pretrained: dict[str, torch.Tensor] | None) -> None:
@@ -83,7 +84,7 @@ class FedHealth2Protocol(StudyProtocol):
         if method in PRETRAINED_METHODS:
             model.load_state_dict(pretrained)
         federation = self.runtime.federation(model, method, seed, label={"method": method, "seed": seed})
-        train = {c: f"train/{seed}" for c in clients}
+        train = {c: TrainSplit(seed) for c in clients}
         if done:
             federation.load_state_dict(self.checkpoint.state("federation"))
         else:
