@@ -25,6 +25,7 @@ from fedcare.config import ConfigError, to_toml
 from fedcare.studies.load import load_config
 from fedcare.data.unbc.synthetic import generate_pain_cohort
 from fedcare.studies import run as run_module
+from fedcare.studies import run_record
 from fedcare.studies.checkpoint import CHECKPOINT_FILE
 from fedcare.studies.pain.config import PainExperiment
 from fedcare.studies.rundir import RunDirectory, RunDirectoryExists, mark_if_crashed, update_run_info
@@ -245,7 +246,7 @@ def test_a_run_resumed_on_other_arithmetic_says_so(tmp_path, monkeypatch):
     interrupted_at_round(monkeypatch, 6, lambda: run_study(fedhealth2_config(), tmp_path / "run"))
     begun = json.loads((tmp_path / "run.partial" / "run.json").read_text())["compute"]
     other = {**compute_facts(), "cpu_kernels": "ANOTHER"}
-    monkeypatch.setattr(run_module, "compute_facts", lambda: other)
+    monkeypatch.setattr(run_record, "compute_facts", lambda: other)
     resume_study(tmp_path / "run.partial")
     run = tmp_path / "run"
     info = json.loads((run / "run.json").read_text())
@@ -470,7 +471,7 @@ def test_resume_refuses_an_edited_config_and_notes_another_version(tmp_path, mon
     with pytest.raises(ValueError, match=r"config.toml: changed since the run started"):
         resume_study(partial)
     (partial / "config.toml").write_text(original)
-    monkeypatch.setattr(run_module, "__version__", "9.9.9")  # the code resuming it is another release
+    monkeypatch.setattr(run_record, "__version__", "9.9.9")  # the code resuming it is another release
     resume_study(partial)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["fedcare_version"] == fedcare.__version__  # the version it began with stays
