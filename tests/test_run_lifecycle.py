@@ -403,9 +403,9 @@ def test_progress_is_printed_as_plain_lines_when_stderr_is_not_a_terminal(cohort
     lines = []
     plain = PlainProgress(stream=type("S", (), {"write": lambda self, s: lines.append(s), "flush": lambda self: None})(),
                           clock=lambda: next(clock))
-    plain("seed 1: A session 1", 1, 10)
-    plain("seed 1: A session 2", 2, 10)
-    assert "ETA 0m10s" not in "".join(lines) and "[2/10]  20% seed 1: A session 2 (elapsed 0m10s, ETA 1m20s)" in "".join(lines)
+    plain("seed 1: A session 1", 1, 10, task="units")  # one task, whatever each unit's description
+    plain("pretrain C", 2, 10, task="units")
+    assert "ETA 0m10s" not in "".join(lines) and "[2/10]  20% pretrain C (elapsed 0m10s, ETA 1m20s)" in "".join(lines)
 
 
 # -- 13. permissions -----------------------------------------------------------------------------

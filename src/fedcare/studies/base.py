@@ -32,6 +32,7 @@ from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.training import ClientData, TrainingDiverged
 from fedcare.config import ConfigError, Experiment
 from fedcare.device import Compute, DeviceUnavailable
+from fedcare.progress import UNITS
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.preflight import Expectations
@@ -245,7 +246,7 @@ class StudyProtocol(ABC):
         self.config = study.config
         self.runtime = runtime
         self.write = write
-        self.progress = progress or (lambda *_: None)
+        self.progress = progress or (lambda *_, **__: None)
         self.checkpoint = checkpoint or NoCheckpoint()
         self.units_total = 0
         self.units_done = self.checkpoint.units_done
@@ -275,8 +276,9 @@ class StudyProtocol(ABC):
         self.advance(description)
 
     def advance(self, description: str) -> None:
+        """One more unit done; `description` says which (e.g. "seed 5: FP(C) session 3")."""
         self.units_done += 1
-        self.progress(description, self.units_done, self.units_total)
+        self.progress(description, self.units_done, self.units_total, task=UNITS)
 
     def record(self, kind: str, **fields: Any) -> None:
         self.write({"type": kind, "study": self.study.name, **fields})

@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from fedcare.config import Aggregation, DataSource, Experiment, LocalEpochs, Strict, Train
-from fedcare.data.common import THESIS_GROUP1, THESIS_GROUP2
+from fedcare.data.unbc.groups import THESIS_GROUP1, THESIS_GROUP2
 
 METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL|FBN)\((N|C|F)\))$")
 
