@@ -19,7 +19,7 @@ def small_config(dataset: str = "pamap2", **protocol) -> FedHealth2Experiment:
         "study": "fedhealth2", "seeds": [1], "methods": METHODS,
         "data": {"dataset": dataset, "synthetic": synthetic},
         "protocol": {"clients": 4, "dirichlet_alpha": 1.0, **protocol},
-        "train": {"rounds": 3, "pretrain_epochs": 1, "hidden": 16},
+        "train": {"rounds": 3, "pretrain_rounds": 1, "hidden": 16},
         "options": {"ffedap_warmup_rounds": 2}, "runtime": {"threads": 2},
     })
 
@@ -78,7 +78,7 @@ def test_xray_study_runs_on_synthetic_xrays(tmp_path):
 
 def test_demo_fedhealth2_from_the_cli(tmp_path):
     out = tmp_path / "demo"
-    shrink = ["train.rounds=1", "train.pretrain_epochs=1", "data.synthetic.subjects=2",
+    shrink = ["train.rounds=1", "train.pretrain_rounds=1", "data.synthetic.subjects=2",
               "data.synthetic.seconds_per_activity=5.0", "protocol.clients=3", "methods=['fedbn','fedap']"]
     result = CliRunner().invoke(app, ["demo", "fedhealth2", "--out", str(out), *[a for s in shrink for a in ("--set", s)]])
     assert result.exit_code == 0, result.output

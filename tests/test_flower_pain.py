@@ -22,7 +22,7 @@ def flower_config(root: Path, **deployment) -> PainExperiment:
         "title": "flower", "seeds": [5], "methods": ["RANDOM", "F(N)", "FP(N)", "FL(N)"], "data": {"root": str(root)},
         "protocol": {"pretrain_subjects": [42], "subjects": SUBJECTS, "image_size": 16, "balance_per_class": 12,
                      "last_session": 2},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1},
+        "train": {"lr": 0.01, "local_epochs": 1, "rounds": 2, "patience": 1},
         "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 2}, "deployment": deployment,
     })
 

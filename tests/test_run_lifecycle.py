@@ -40,7 +40,7 @@ def pain_config(root: Path, **protocol) -> PainExperiment:
         "methods": ["RANDOM", "F(C)", "FP(N)"], "data": {"root": str(root)},
         "protocol": {"pretrain_subjects": [42], "subjects": [43, 80], "image_size": 16, "balance_per_class": 12,
                      "last_session": 2, **protocol},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1, "pretrain_max_rounds": 2,
+        "train": {"lr": 0.01, "local_epochs": 1, "rounds": 2, "patience": 1, "pretrain_rounds": 2,
                   "pretrain_patience": 1},
         "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 1},
     })
@@ -215,7 +215,7 @@ def fedhealth2_config():
     return FedHealth2Experiment.model_validate({
         "study": "fedhealth2", "seeds": [1], "methods": ["fedbn", "fedap", "f-fedap"],
         "data": {"dataset": "pamap2", "synthetic": {"subjects": 3, "seconds_per_activity": 6.0}},
-        "protocol": {"clients": 4, "dirichlet_alpha": 1.0}, "train": {"rounds": 3, "pretrain_epochs": 1},
+        "protocol": {"clients": 4, "dirichlet_alpha": 1.0}, "train": {"rounds": 3, "pretrain_rounds": 1},
         "options": {"ffedap_warmup_rounds": 1}, "runtime": {"threads": 1},
     })
 
@@ -283,7 +283,7 @@ def test_the_report_of_an_interrupted_run_says_incomplete_and_keeps_the_syntheti
     config = load_config(Path(__file__).parents[1] / "configs" / "pain" / "demo.toml", [
         "seeds=[1]", "methods=['FP(N)']", "data.synthetic.frame_scale=0.02", "data.synthetic.subjects=[42,43,80]",
         "protocol.subjects=[43,80]", "protocol.pretrain_subjects=[42]", "protocol.image_size=16",
-        "protocol.last_session=3", "train.max_rounds=1"])
+        "protocol.last_session=3", "train.rounds=1"])
     calls = []
     real = Federation.train_phase
 

@@ -10,21 +10,20 @@ import pytest
 
 import fedcare.studies
 from fedcare.runtime.flower.site import FactorySite
-from fedcare.runtime.refs import DataRef, DataRefError, Split
+from fedcare.runtime.refs import DataRef, DataRefError, SeededSplit, Split
 from fedcare.studies.facerec.data import Evaluation, FaceSite, Training
-from fedcare.studies.fedhealth2 import data as fedhealth2  # its TestSplit is no test class
+from fedcare.studies.fedhealth2.data import FedHealth2Site
 from fedcare.studies.pain.cohort import PainSite, SessionFrames, TrainingSet
-from fedcare.studies.privacy_audit.data import AuditSite, HeldOut, Members, Shadow
+from fedcare.studies.privacy_audit.data import AuditSite, Shadow
 from fedcare.studies.surgical.data import SurgicalSite
 
-SITES = [PainSite, fedhealth2.FedHealth2Site, FaceSite, SurgicalSite, AuditSite, FactorySite]
+SITES = [PainSite, FedHealth2Site, FaceSite, SurgicalSite, AuditSite, FactorySite]
 EXAMPLES = [  # (a site class, a reference it resolves, its form for people)
     (PainSite, TrainingSet(seed=5, upto=2), "train/5/2"), (PainSite, SessionFrames(3), "session/3"),
-    (fedhealth2.FedHealth2Site, fedhealth2.TrainSplit(0), "train/0"),
-    (fedhealth2.FedHealth2Site, fedhealth2.TestSplit(-1), "test/-1"),
-    (fedhealth2.FedHealth2Site, fedhealth2.PretrainShare(7), "pretrain/7"),
+    (FedHealth2Site, SeededSplit("train", 0), "seeded/train/0"),
+    (FedHealth2Site, SeededSplit("pretrain", -7), "seeded/pretrain/-7"),
     (FaceSite, Training("global"), "train/global"), (FaceSite, Evaluation("local", 2), "eval/local/2"),
-    (AuditSite, Members(1), "train/1"), (AuditSite, HeldOut(1), "test/1"), (AuditSite, Shadow(1, 2), "shadow/1/2"),
+    (AuditSite, SeededSplit("test", 1), "seeded/test/1"), (AuditSite, Shadow(1, 2), "shadow/1/2"),
     (SurgicalSite, Split("test"), "split/test"), (FactorySite, Split("eval"), "split/eval"),
 ]
 

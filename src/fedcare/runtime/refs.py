@@ -8,8 +8,8 @@ str). In process a reference goes to the site as it is; to a Flower site and in 
 coordinator's checkpoint it travels in its plain form, a JSON-ready dict (`plain`), which the
 site turns back into its own kinds (`from_plain`, refusing anything else). Never pickled.
 
-`Split` is the one kind shared by the studies: a named split of a client's data ("train",
-"test"), for the sites that hold fixed splits.
+Two kinds are shared by the studies: `Split`, a named split of a client's data ("train",
+"test") for the sites that hold fixed splits, and `SeededSplit`, one drawn per run seed.
 """
 
 from __future__ import annotations
@@ -78,4 +78,13 @@ class Split(DataRef):
 
     kind: ClassVar[str] = "split"
     name: str
+
+
+@dataclass(frozen=True)
+class SeededSplit(DataRef):
+    """A named split of a client's data as drawn for run seed `seed` (its "train" and "test")."""
+
+    kind: ClassVar[str] = "seeded"
+    name: str
+    seed: int
 

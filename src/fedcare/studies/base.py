@@ -33,6 +33,7 @@ from fedcare.algorithms.training import ClientData, TrainingDiverged
 from fedcare.config import ConfigError, Experiment
 from fedcare.device import Compute, DeviceUnavailable
 from fedcare.progress import UNITS
+from fedcare.runtime.clients import Data
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.preflight import Expectations
@@ -296,7 +297,7 @@ class StudyProtocol(ABC):
                 if not self.finished(*key):
                     self.finish_unit(f"seed {seed}: {method} stopped (training diverged)", *key, federation=None)
 
-    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, DataRef], metrics: str, *, method: str,
+    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, Data], metrics: str, *, method: str,
                          seed: int, **point: Any) -> dict[ClientId, dict]:
         """Each client's own model on the data `refs` names, its `metrics` computed at the
         client; one "client_eval" record per client: method, seed, the point (e.g.

@@ -85,9 +85,11 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         if record.resumed:
             _check_same_experiment(run.partial, record.before)
         record.begin(config_file)
-        records = RecordsWriter(run.partial / METRICS_FILE, truncate_to=saved.get("offset", 0) if record.resumed else None)
+        offset = saved.get("offset", 0) if record.resumed else None  # a resume drops what an unfinished unit wrote
+        records = RecordsWriter(run.partial / METRICS_FILE, truncate_to=offset)
         study.check_privacy()
-        runtime = study.local_runtime(run.partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
+        runtime = (study.local_runtime(run.partial, progress) if runtime_factory is None
+                   else runtime_factory(study, records.write))
         _check_robustness(study, runtime)
         record.runtime_ready(runtime)
         checkpoint = Checkpoint(run.partial, records, saved, on_commit=record.unit_finished)

@@ -25,7 +25,7 @@ METRICS = "tuned-verification"
 class FacerecProtocol(StudyProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.protocol.rounds
+        self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.train.rounds
         self.audit = None
         privacy = self.config.privacy
         if privacy is not None and privacy.audit is not None:  # [privacy.audit]: after each method's last round
@@ -41,7 +41,7 @@ class FacerecProtocol(StudyProtocol):
         summaries = self.runtime.summaries()
         return {"partition": self.config.data.partition, "clients": len(summaries),
                 "unseen": [c for c in self.config.protocol.unseen if c in summaries],
-                "training_clients": self.training_clients(), "rounds": self.config.protocol.rounds,
+                "training_clients": self.training_clients(), "rounds": self.config.train.rounds,
                 "impostors": self.config.protocol.impostors}
 
     def membership_sets(self, labels: str):
@@ -67,7 +67,7 @@ class FacerecProtocol(StudyProtocol):
             return self.study.new_model(classes)
 
     def run(self) -> None:
-        rounds = self.config.protocol.rounds
+        rounds = self.config.train.rounds
         clients = sorted(self.runtime.summaries())
         training = self.training_clients()
         for seed in self.config.seeds:
@@ -79,7 +79,7 @@ class FacerecProtocol(StudyProtocol):
 
     def run_method(self, seed: int, method: str, clients: list, training: list) -> None:
         """The rounds; a resumed run takes the federation back after its last finished round."""
-        rounds, paths = self.config.protocol.rounds, self.config.protocol.paths
+        rounds, paths = self.config.train.rounds, self.config.protocol.paths
         done = [r for r in range(1, rounds + 1) if self.finished(seed, method, r)]
         labels = labels_of(method)
         federation = self.runtime.federation(self.new_model(seed, method), method, seed,

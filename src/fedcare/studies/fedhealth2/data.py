@@ -8,9 +8,9 @@ Two ways to make clients (`protocol.split`):
 - "natural": one client per PAMAP2 subject, or per X-ray site folder, each reading only its
   own data and (PAMAP2) z-scoring its own windows: the same at a site on Flower as here.
 
-Every client is a `FedHealth2Site` whose data references are `TrainSplit(seed)`,
-`TestSplit(seed)` (its per-client 50/50 split for that run seed) and `PretrainShare(seed)`
-(its share of the training data for FedAP's federated pretraining).
+Every client is a `FedHealth2Site` whose data references are `SeededSplit(name, seed)`: "train"
+and "test" (its per-client 50/50 split for that run seed) and "pretrain" (its share of the
+training data for FedAP's federated pretraining).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from fedcare.data.common import DataError
 from fedcare.data.partition import dirichlet_label_split, train_test_split_per_client
 from fedcare.data.pamap2.reader import PAPER_CLASS_NAMES
 from fedcare.data.xray.reader import CLASSES, XrayLayoutError, find_class_root, load_xray, read_xray
-from fedcare.runtime.refs import DataRef
+from fedcare.runtime.refs import DataRef, SeededSplit
 from fedcare.seeding import numpy_rng
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.rundir import SYNTHETIC_DIR, Progress
@@ -45,34 +45,13 @@ class Examples:
     description: str
 
 
-@dataclass(frozen=True)
-class TrainSplit(DataRef):
-    """A client's training examples for run seed `seed`."""
-
-    kind: ClassVar[str] = "train"
-    seed: int
-
-
-@dataclass(frozen=True)
-class TestSplit(DataRef):
-    """A client's test examples for run seed `seed`."""
-
-    kind: ClassVar[str] = "test"
-    seed: int
-
-
-@dataclass(frozen=True)
-class PretrainShare(DataRef):
-    """A client's share of its training examples for FedAP's federated pretraining (`protocol.pretrain_fraction`)."""
-
-    kind: ClassVar[str] = "pretrain"
-    seed: int
+SPLITS = ("train", "test", "pretrain")  # a client's `SeededSplit`s
 
 
 class FedHealth2Site:
     """One client's examples and its split per run seed (a `fedcare.runtime.sites.Site`)."""
 
-    data_refs: ClassVar[tuple[type[DataRef], ...]] = (TrainSplit, TestSplit, PretrainShare)
+    data_refs: ClassVar[tuple[type[DataRef], ...]] = (SeededSplit,)
 
     def __init__(self, client: ClientId, examples: Examples, split: Split, config: FedHealth2Experiment):
         self.client = client
@@ -80,7 +59,7 @@ class FedHealth2Site:
         self.synthetic = examples.synthetic
         self.split = split
         self.config = config
-        self._cache: dict[type[DataRef], ClientData] = {}
+        self._cache: dict[str, ClientData] = {}
         self._cache_seed: int | None = None
 
     def summary(self) -> dict:
@@ -100,17 +79,16 @@ class FedHealth2Site:
         return {"unit": "examples", "splits": splits}
 
     def data(self, ref: DataRef) -> ClientData:
-        kind = type(ref)
-        if kind not in self.data_refs:
-            raise ValueError(f"unknown FedHealth 2 data reference {ref!r}")
-        seed = ref.seed
+        if not isinstance(ref, SeededSplit) or ref.name not in SPLITS:
+            raise ValueError(f"unknown FedHealth 2 data reference {ref!r} (a SeededSplit, one of {', '.join(SPLITS)})")
+        kind, seed = ref.name, ref.seed
         if seed != self._cache_seed:  # keep the current run seed's sets only
             self._cache, self._cache_seed = {}, seed
         if kind not in self._cache:
             train, test = self.split(seed)
-            if kind is TrainSplit:
+            if kind == "train":
                 index = train
-            elif kind is TestSplit:
+            elif kind == "test":
                 index = test
             else:
                 share = numpy_rng(seed, "pretrain-share", self.client).permutation(len(train))

@@ -108,7 +108,7 @@ class PainProtocol(StudyProtocol):
         federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction,
                                              label={"method": label, "seed": seed})
         result = federation.train_phase(
-            phase, train, val, max_rounds=t.pretrain_max_rounds, patience=t.pretrain_patience,
+            phase, train, val, max_rounds=t.pretrain_rounds, patience=t.pretrain_patience,
             on_round=lambda info: self._round_record(label, seed, phase, info),
         )
         self._phase_record(label, seed, phase, result)
@@ -146,7 +146,7 @@ class PainProtocol(StudyProtocol):
                 val = self.session_refs(s)
                 phase = f"session-{s}"
                 result = federation.train_phase(
-                    phase, train, val, max_rounds=t.max_rounds, patience=t.patience,
+                    phase, train, val, max_rounds=t.rounds, patience=t.patience,
                     on_round=lambda info: self._round_record(method.label, seed, phase, info),
                 )
                 self._phase_record(method.label, seed, phase, result)

@@ -2,7 +2,8 @@
 
 - the membership audit's clients (`AuditSite`): each holds few noisy images of a weak class
   pattern with its own offset and 20% of its labels flipped (memorisable), drawn in memory from
-  (run seed, client); references `Members(seed)` and `HeldOut(seed)` (the non-members);
+  (run seed, client); references `SeededSplit("train", seed)` (the members),
+  `SeededSplit("test", seed)` (held out: the non-members) and `Shadow(seed, index)`;
 - the gradient inversion's frames (`InversionFrames`): one subject written by fedcare's pain
   generator into the run directory and read back with the pain study's preprocessing.
 """
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from fedcare.algorithms.training import ClientData, as_float
-from fedcare.runtime.refs import DataRef
+from fedcare.runtime.refs import DataRef, SeededSplit
 from fedcare.seeding import numpy_rng, torch_generator
 from fedcare.studies.privacy_audit.config import AuditData
 from fedcare.studies.rundir import SYNTHETIC_DIR
@@ -53,22 +54,6 @@ def synthetic_client(client: int, seed: int, data: AuditData, shadows: int = 0) 
 
 
 @dataclass(frozen=True)
-class Members(DataRef):
-    """A client's training examples for run seed `seed`: the members."""
-
-    kind: ClassVar[str] = "train"
-    seed: int
-
-
-@dataclass(frozen=True)
-class HeldOut(DataRef):
-    """A client's held-out examples for run seed `seed`: the non-members."""
-
-    kind: ClassVar[str] = "test"
-    seed: int
-
-
-@dataclass(frozen=True)
 class Shadow(DataRef):
     """LiRA's `index`-th shadow training set of a client (1..shadows) for run seed `seed`."""
 
@@ -81,7 +66,7 @@ class AuditSite:
     """One audit client (a `fedcare.runtime.sites.Site`); its sets are drawn once per run seed."""
 
     synthetic = True
-    data_refs: ClassVar[tuple[type[DataRef], ...]] = (Members, HeldOut, Shadow)
+    data_refs: ClassVar[tuple[type[DataRef], ...]] = (SeededSplit, Shadow)
 
     def __init__(self, client: int, data: AuditData, shadows: int = 0):
         self.client = client
@@ -93,11 +78,14 @@ class AuditSite:
         return {"train": self.config.train, "test": self.config.test}
 
     def data(self, ref: DataRef) -> ClientData:
-        if not isinstance(ref, (Members, HeldOut, Shadow)) or isinstance(ref, Shadow) and not 1 <= ref.index <= self.shadows:
+        if isinstance(ref, Shadow) and 1 <= ref.index <= self.shadows:
+            index = 1 + ref.index
+        elif isinstance(ref, SeededSplit) and ref.name in ("train", "test"):
+            index = int(ref.name == "test")
+        else:
             raise ValueError(f"unknown privacy audit data reference {ref!r}")
         if ref.seed not in self._sets:  # one seed at a time
             self._sets = {ref.seed: synthetic_client(self.client, ref.seed, self.config, self.shadows)}
-        index = 1 + ref.index if isinstance(ref, Shadow) else int(isinstance(ref, HeldOut))
         return self._sets[ref.seed][index]
 
 
