@@ -26,7 +26,7 @@ def test_every_command_has_help(command):
 
 def test_demo_runs_end_to_end_and_prints_the_summary_and_report_path(tmp_path):
     out = tmp_path / "demo"
-    shrink = ["train.max_rounds=1", "train.pretrain_max_rounds=1", "protocol.last_session=2",
+    shrink = ["train.rounds=1", "train.pretrain_rounds=1", "protocol.last_session=2",
               "data.synthetic.frame_scale=0.02", "protocol.image_size=16"]
     result = CliRunner().invoke(app, ["demo", "--out", str(out), *[a for s in shrink for a in ("--set", s)]])
     assert result.exit_code == 0, result.output

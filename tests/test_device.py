@@ -71,7 +71,7 @@ def _pain(**update):
 
     base = small_config()
     return base.model_copy(update={"methods": ["BC", "F(C)", "FP(C)"],
-                                   "train": base.train.model_copy(update={"max_rounds": 1, "pretrain_max_rounds": 1}),
+                                   "train": base.train.model_copy(update={"rounds": 1, "pretrain_rounds": 1}),
                                    **update})
 
 

@@ -112,7 +112,7 @@ def _print_summary(run_dir: Path) -> None:
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="Experiment TOML file (see configs/).")],
-    set_: Annotated[list[str], typer.Option("--set", help="Override a config key, e.g. --set train.max_rounds=3 (repeatable).")] = [],
+    set_: Annotated[list[str], typer.Option("--set", help="Override a config key, e.g. --set train.rounds=3 (repeatable).")] = [],
     out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/<config>-<time>). Never overwritten.")] = None,
     keep_partial: Annotated[bool, typer.Option(help="Keep <out>.partial even if the run fails before finishing anything (it is always kept when it holds finished work).")] = False,
 ) -> None:

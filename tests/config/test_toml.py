@@ -23,10 +23,10 @@ def test_mistyped_value_names_the_key(tmp_path):
 
 
 def test_set_overrides_typed_values(tmp_path):
-    config = load_config(write_exp(tmp_path, MINIMAL), ["train.max_rounds=3", "seeds=[1, 2]", "title=hello world"])
-    assert config.train.max_rounds == 3 and config.seeds == [1, 2] and config.title == "hello world"
+    config = load_config(write_exp(tmp_path, MINIMAL), ["train.rounds=3", "seeds=[1, 2]", "title=hello world"])
+    assert config.train.rounds == 3 and config.seeds == [1, 2] and config.title == "hello world"
     with pytest.raises(ConfigError, match="expected key=value"):
-        load_config(write_exp(tmp_path, MINIMAL), ["train.max_rounds"])
+        load_config(write_exp(tmp_path, MINIMAL), ["train.rounds"])
 
 
 def test_missing_file_and_bad_toml_name_the_file(tmp_path):
@@ -55,8 +55,8 @@ def test_a_bad_set_key_is_named_as_given_with_the_nearest_key(tmp_path):
     """Not the packaged file in pydantic's words: the `--set` it came from and the key meant."""
     path = write_exp(tmp_path, MINIMAL)
     with pytest.raises(ConfigError) as e:
-        load_config(path, ["train.max_round=3"])
-    assert str(e.value) == "--set train.max_round=3: train.max_round: unknown key; did you mean train.max_rounds?"
+        load_config(path, ["train.round=3"])
+    assert str(e.value) == "--set train.round=3: train.round: unknown key; did you mean train.rounds?"
     with pytest.raises(ConfigError) as e:
         load_config(path, ["trian.lr=0.1"])
     assert str(e.value) == "--set trian.lr=0.1: trian: unknown key; did you mean train?"

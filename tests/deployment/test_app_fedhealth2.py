@@ -26,7 +26,7 @@ def natural_config(root: Path, dataset: str = "pamap2", methods=("fedavg", "fedb
     return FedHealth2Experiment.model_validate({
         "study": "fedhealth2", "seeds": [1], "methods": list(methods), "data": {"dataset": dataset, "root": str(root)},
         "protocol": {"split": "natural", "pretrain": "federated", **protocol},
-        "train": {"rounds": 3, "pretrain_epochs": 2, "hidden": 16}, "options": {"ffedap_warmup_rounds": 1},
+        "train": {"rounds": 3, "pretrain_rounds": 2, "hidden": 16}, "options": {"ffedap_warmup_rounds": 1},
         "runtime": {"threads": 2},
     })
 

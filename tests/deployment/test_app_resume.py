@@ -24,7 +24,7 @@ def small_config(root: Path) -> FedHealth2Experiment:
     return FedHealth2Experiment.model_validate({
         "study": "fedhealth2", "seeds": [1], "methods": ["fedbn", "fedap"], "data": {"dataset": "pamap2", "root": str(root)},
         "protocol": {"split": "natural", "pretrain": "federated", "subjects": SUBJECTS},
-        "train": {"rounds": 3, "pretrain_epochs": 1, "hidden": 8}, "runtime": {"threads": 2},
+        "train": {"rounds": 3, "pretrain_rounds": 1, "hidden": 8}, "runtime": {"threads": 2},
     })
 
 

@@ -28,7 +28,7 @@ def small_config(root: Path) -> FedHealth2Experiment:
     return FedHealth2Experiment.model_validate({
         "study": "fedhealth2", "seeds": [1], "methods": ["fedbn"], "data": {"dataset": "pamap2", "root": str(root)},
         "protocol": {"split": "natural", "pretrain": "federated", "subjects": sorted(SITES.values())},
-        "train": {"rounds": 3, "pretrain_epochs": 1, "hidden": 8}, "runtime": {"threads": 1},
+        "train": {"rounds": 3, "pretrain_rounds": 1, "hidden": 8}, "runtime": {"threads": 1},
         "deployment": {"sites": SITES, "round_timeout": 120},
     })
 

@@ -19,7 +19,7 @@ from fedcare.studies.surgical.config import SurgicalExperiment
 
 def test_the_audit_runs_in_process_only_and_caps_each_set():
     with pytest.raises(ConfigError, match="privacy.audit runs in this process only"):
-        ClientMembershipAudit(SimpleNamespace(runtime=SimpleNamespace()), MembershipAudit())
+        ClientMembershipAudit(SimpleNamespace(runtime=SimpleNamespace(sites=None)), MembershipAudit())
     audit = ClientMembershipAudit(SimpleNamespace(runtime=SimpleNamespace(sites={})), MembershipAudit(max_per_set=10))
     big, small = ClientData(torch.arange(30.0)[:, None], torch.zeros(30)), ClientData(torch.zeros(4, 1), torch.ones(4))
     members, non_members = audit.subset((big, small), 1, seed=0)

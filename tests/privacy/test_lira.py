@@ -18,7 +18,8 @@ from fedcare.algorithms.training import ClientData, TrainSettings, train_epochs
 from fedcare.privacy.audit import attack_power, attack_scores, per_example_losses
 from fedcare.privacy.lira import logit_confidence, offline_scores
 from fedcare.studies.privacy_audit.config import AuditData
-from fedcare.studies.privacy_audit.data import AuditSite, synthetic_client
+from fedcare.runtime.refs import Split
+from fedcare.studies.privacy_audit.data import AuditSite, Shadow, synthetic_client
 from fedcare.tasks import BINARY
 
 
@@ -100,7 +101,7 @@ def test_the_audit_shadow_sets_are_fresh_draws_and_leave_the_clients_sets_unchan
     every = torch.cat([train.x, test.x, *(s.x for s in shadow)]).flatten(1)
     assert len(torch.unique(every, dim=0)) == len(every)  # no shadow image is a member or a held-out one
     site = AuditSite(0, data, shadows=2)
-    assert torch.equal(site.data("shadow2/0").x, shadow[1].x)
-    for ref in ("shadow3/0", "shadow0/0", "shadowx/0", "train/x"):
+    assert torch.equal(site.data(Shadow(0, 2)).x, shadow[1].x)
+    for ref in (Shadow(0, 3), Shadow(0, 0), Split("train")):
         with pytest.raises(ValueError, match="unknown privacy audit data reference"):
             site.data(ref)

@@ -19,6 +19,7 @@ from fedcare.cli import app
 from fedcare.data.surgical.clients import TOOLS
 from fedcare.data.surgical.synthetic import generate_surgical
 from fedcare.runtime.preflight import Expectations, PreflightError, check, site_summary
+from fedcare.runtime.refs import Split
 from fedcare.studies.registry import study_for
 
 from support.flower_inprocess import run_experiment_on_flower
@@ -59,10 +60,10 @@ def copies(tmp_path_factory) -> Path:
 def test_a_surgical_sites_summary_is_its_tool_counts_suppressed(copies, tmp_path):
     study = study_for(tiny(copies, tmp_path / "cache"))
     site = study.open_site("CHO2", copies, tmp_path / "site-cache")
-    exact = site.data("train").y.sum(0).long().tolist()
+    exact = site.data(Split("train")).y.sum(0).long().tolist()
     summary = site_summary(site, 5)
     train = summary["splits"]["train"]
-    assert train["examples"] == len(site.data("train")) and list(train["labels"]) == list(TOOLS)
+    assert train["examples"] == len(site.data(Split("train"))) and list(train["labels"]) == list(TOOLS)
     assert [train["labels"][t] for t in TOOLS] == [n if n == 0 or n >= 5 else "<5" for n in exact]
     assert "<5" in train["labels"].values() and any(isinstance(n, int) and n >= 5 for n in train["labels"].values())
     assert all(not isinstance(v, int) or v == 0 or v >= 5

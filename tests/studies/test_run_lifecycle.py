@@ -24,6 +24,7 @@ from fedcare.config import ConfigError, to_toml
 from fedcare.studies.load import load_config
 from fedcare.data.unbc.synthetic import generate_pain_cohort
 from fedcare.studies import run as run_module
+from fedcare.studies import run_record
 from fedcare.studies.checkpoint import CHECKPOINT_FILE
 from fedcare.studies.pain.config import PainExperiment
 from fedcare.studies.rundir import RunDirectory, RunDirectoryExists, mark_if_crashed, update_run_info
@@ -42,7 +43,7 @@ def pain_config(root: Path, **protocol) -> PainExperiment:
         "methods": ["RANDOM", "F(C)", "FP(N)"], "data": {"root": str(root)},
         "protocol": {"pretrain_subjects": [42], "subjects": [43, 80], "image_size": 16, "balance_per_class": 12,
                      "last_session": 2, **protocol},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1, "pretrain_max_rounds": 2,
+        "train": {"lr": 0.01, "local_epochs": 1, "rounds": 2, "patience": 1, "pretrain_rounds": 2,
                   "pretrain_patience": 1},
         "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 1},
     })
@@ -197,7 +198,7 @@ def fedhealth2_config():
     return FedHealth2Experiment.model_validate({
         "study": "fedhealth2", "seeds": [1], "methods": ["fedbn", "fedap", "f-fedap"],
         "data": {"dataset": "pamap2", "synthetic": {"subjects": 3, "seconds_per_activity": 6.0}},
-        "protocol": {"clients": 4, "dirichlet_alpha": 1.0}, "train": {"rounds": 3, "pretrain_epochs": 1},
+        "protocol": {"clients": 4, "dirichlet_alpha": 1.0}, "train": {"rounds": 3, "pretrain_rounds": 1},
         "options": {"ffedap_warmup_rounds": 1}, "runtime": {"threads": 1},
     })
 
@@ -228,7 +229,7 @@ def test_a_run_resumed_on_other_arithmetic_says_so(tmp_path, monkeypatch):
     interrupted_at_round(monkeypatch, 6, lambda: run_study(fedhealth2_config(), tmp_path / "run"))
     begun = json.loads((tmp_path / "run.partial" / "run.json").read_text())["compute"]
     other = {**compute_facts(), "cpu_kernels": "ANOTHER"}
-    monkeypatch.setattr(run_module, "compute_facts", lambda: other)
+    monkeypatch.setattr(run_record, "compute_facts", lambda: other)
     resume_study(tmp_path / "run.partial")
     run = tmp_path / "run"
     info = json.loads((run / "run.json").read_text())
@@ -265,7 +266,7 @@ def test_the_report_of_an_interrupted_run_says_incomplete_and_keeps_the_syntheti
     config = load_config(ROOT / "configs" / "pain" / "demo.toml", [
         "seeds=[1]", "methods=['FP(N)']", "data.synthetic.frame_scale=0.02", "data.synthetic.subjects=[42,43,80]",
         "protocol.subjects=[43,80]", "protocol.pretrain_subjects=[42]", "protocol.image_size=16",
-        "protocol.last_session=3", "train.max_rounds=1"])
+        "protocol.last_session=3", "train.rounds=1"])
     calls = []
     real = Federation.train_phase
 
@@ -385,9 +386,9 @@ def test_progress_is_printed_as_plain_lines_when_stderr_is_not_a_terminal(cohort
     lines = []
     plain = PlainProgress(stream=type("S", (), {"write": lambda self, s: lines.append(s), "flush": lambda self: None})(),
                           clock=lambda: next(clock))
-    plain("seed 1: A session 1", 1, 10)
-    plain("seed 1: A session 2", 2, 10)
-    assert "ETA 0m10s" not in "".join(lines) and "[2/10]  20% seed 1: A session 2 (elapsed 0m10s, ETA 1m20s)" in "".join(lines)
+    plain("seed 1: A session 1", 1, 10, task="units")  # one task, whatever each unit's description
+    plain("pretrain C", 2, 10, task="units")
+    assert "ETA 0m10s" not in "".join(lines) and "[2/10]  20% pretrain C (elapsed 0m10s, ETA 1m20s)" in "".join(lines)
 
 
 # -- 13. permissions -----------------------------------------------------------------------------
@@ -453,7 +454,7 @@ def test_resume_refuses_an_edited_config_and_notes_another_version(tmp_path, mon
     with pytest.raises(ValueError, match=r"config.toml: changed since the run started"):
         resume_study(partial)
     (partial / "config.toml").write_text(original)
-    monkeypatch.setattr(run_module, "__version__", "9.9.9")  # the code resuming it is another release
+    monkeypatch.setattr(run_record, "__version__", "9.9.9")  # the code resuming it is another release
     resume_study(partial)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["fedcare_version"] == fedcare.__version__  # the version it began with stays

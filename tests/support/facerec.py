@@ -13,7 +13,7 @@ def small_config(root: Path, cache: Path, methods=("fedavg-local", "hfmaml"), **
         "study": "facerec", "seeds": [0], "methods": list(methods),
         "data": {"root": str(root), "partition": "equal", "identities": 12, "clients": 4, "image_size": 16,
                  "detector_scale_factor": 1.2, "detector_min_size": 64, "cache": str(cache)},
-        "protocol": {"unseen": [4], "rounds": 2, "paths": 2, "genuine_pairs": 50, "impostor_pairs": 50},
-        "train": {"batch_size": 4, "local_steps": 2, "tune_steps": 2, **train},
+        "protocol": {"unseen": [4], "paths": 2, "genuine_pairs": 50, "impostor_pairs": 50},
+        "train": {"rounds": 2, "batch_size": 4, "local_steps": 2, "tune_steps": 2, **train},
         "runtime": {"threads": 1},
     })

@@ -14,6 +14,6 @@ def small_config(dataset: str = "pamap2", **protocol) -> FedHealth2Experiment:
         "study": "fedhealth2", "seeds": [1], "methods": METHODS,
         "data": {"dataset": dataset, "synthetic": synthetic},
         "protocol": {"clients": 4, "dirichlet_alpha": 1.0, **protocol},
-        "train": {"rounds": 3, "pretrain_epochs": 1, "hidden": 16},
+        "train": {"rounds": 3, "pretrain_rounds": 1, "hidden": 16},
         "options": {"ffedap_warmup_rounds": 2}, "runtime": {"threads": 2},
     })

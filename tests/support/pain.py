@@ -21,7 +21,7 @@ def small_config(root: Path | None = None, **train) -> PainExperiment:
         "title": "small", "seeds": [5], "methods": ["BC", "F(C)", "FP(C)", "FL(N)"], "data": data,
         "protocol": {"pretrain_subjects": [42], "subjects": [43, 80, 92], "image_size": 16,
                      "balance_per_class": 12, "last_session": 3},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1, "pretrain_max_rounds": 2,
+        "train": {"lr": 0.01, "local_epochs": 1, "rounds": 2, "patience": 1, "pretrain_rounds": 2,
                   "pretrain_patience": 1, **train},
         "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 2},
     })
@@ -32,7 +32,7 @@ def flower_config(root: Path, **deployment) -> PainExperiment:
         "title": "flower", "seeds": [5], "methods": ["RANDOM", "F(N)", "FP(N)", "FL(N)"], "data": {"root": str(root)},
         "protocol": {"pretrain_subjects": [42], "subjects": FLOWER_SUBJECTS, "image_size": 16, "balance_per_class": 12,
                      "last_session": 2},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 1},
+        "train": {"lr": 0.01, "local_epochs": 1, "rounds": 2, "patience": 1},
         "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 2}, "deployment": deployment,
     })
 

@@ -17,7 +17,7 @@ def config(root: Path, methods: list[str], **deployment) -> PainExperiment:
         "title": "deployed", "seeds": [5], "methods": methods, "data": {"root": str(root)},
         "protocol": {"pretrain_subjects": [42], "subjects": sorted(SITES.values()), "image_size": 16,
                      "balance_per_class": 12, "last_session": 2},
-        "train": {"lr": 0.01, "local_epochs": 1, "max_rounds": 2, "patience": 2},
+        "train": {"lr": 0.01, "local_epochs": 1, "rounds": 2, "patience": 2},
         "pfdl": {"finetune_epochs": 1}, "runtime": {"threads": 1},
         "deployment": {"sites": SITES, **deployment},
     })

@@ -32,9 +32,12 @@ from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.training import ClientData, TrainingDiverged
 from fedcare.config import ConfigError, Experiment
 from fedcare.device import Compute, DeviceUnavailable
+from fedcare.progress import UNITS
+from fedcare.runtime.clients import Data
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.preflight import Expectations
+from fedcare.runtime.refs import DataRef
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies.checkpoint import Checkpoint, NoCheckpoint
 from fedcare.studies.rundir import Progress
@@ -44,23 +47,29 @@ Records = Callable[[dict], None]
 
 
 class StudyRuntime(Protocol):
-    """What a protocol sees of its clients, in process (`LocalRuntime`) or at their sites
-    (`fedcare.runtime.flower.FlowerRuntime`)."""
+    """What a protocol (and the run sequence) sees of its clients, in process (`LocalRuntime`)
+    or at their sites (`fedcare.runtime.flower.FlowerRuntime`)."""
 
     synthetic: bool
     local_data: Any  # the study's in-process data for pooled steps; None at sites
+    sites: Mapping[ClientId, Site] | None  # every client's site, in this process; None across sites
 
     def summaries(self) -> Mapping[ClientId, dict]: ...
 
     def federation(self, model: nn.Module, algorithm: str, seed: int, client_fraction: float = 1.0,
                    label: Mapping[str, Any] | None = None) -> Federation: ...
 
-    def pool(self, refs: Mapping[ClientId, str]) -> ClientData:
+    def pool(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
         """The clients' data that `refs` name, in one (in this process only)."""
 
-    def facts(self) -> dict: ...
+    def start_facts(self) -> dict:
+        """What run.json says from the start (a run across sites: that it is one)."""
 
-    def notes(self) -> list[str]: ...
+    def facts(self) -> dict:
+        """What run.json says at the end (a run across sites: the sites, what each missed)."""
+
+    def notes(self) -> list[str]:
+        """What the report's notes say about the runtime (synthetic data, sites that missed rounds)."""
 
 
 class Study(ABC):
@@ -238,7 +247,7 @@ class StudyProtocol(ABC):
         self.config = study.config
         self.runtime = runtime
         self.write = write
-        self.progress = progress or (lambda *_: None)
+        self.progress = progress or (lambda *_, **__: None)
         self.checkpoint = checkpoint or NoCheckpoint()
         self.units_total = 0
         self.units_done = self.checkpoint.units_done
@@ -268,8 +277,9 @@ class StudyProtocol(ABC):
         self.advance(description)
 
     def advance(self, description: str) -> None:
+        """One more unit done; `description` says which (e.g. "seed 5: FP(C) session 3")."""
         self.units_done += 1
-        self.progress(description, self.units_done, self.units_total)
+        self.progress(description, self.units_done, self.units_total, task=UNITS)
 
     def record(self, kind: str, **fields: Any) -> None:
         self.write({"type": kind, "study": self.study.name, **fields})
@@ -287,7 +297,7 @@ class StudyProtocol(ABC):
                 if not self.finished(*key):
                     self.finish_unit(f"seed {seed}: {method} stopped (training diverged)", *key, federation=None)
 
-    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, str], metrics: str, *, method: str,
+    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, Data], metrics: str, *, method: str,
                          seed: int, **point: Any) -> dict[ClientId, dict]:
         """Each client's own model on the data `refs` names, its `metrics` computed at the
         client; one "client_eval" record per client: method, seed, the point (e.g.

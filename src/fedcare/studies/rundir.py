@@ -21,7 +21,6 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +29,7 @@ import torch
 
 from fedcare import __version__
 from fedcare.files import atomic_write_text
+from fedcare.progress import Report
 from fedcare.runfiles import (  # noqa: F401 (the file names and readers, imported from here by the studies)
     LOG_FILE,
     METRICS_FILE,
@@ -44,8 +44,8 @@ LOCK_FILE = ".lock"  # held by the process running in a partial directory
 RESUME_STATE_FILE = "checkpoint.pt"  # what `fedcare resume` continues from (fedcare.studies.checkpoint)
 PARTIAL = ".partial"
 
-# progress(task description, units done, units total)
-Progress = Callable[[str, int, int], None]
+# progress(description, done, total, task=None): `fedcare.progress.Report`
+Progress = Report
 
 
 class RunDirectoryExists(FileExistsError):

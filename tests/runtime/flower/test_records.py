@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from flwr.app import RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
@@ -13,6 +14,8 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.runtime.clients import Evaluate, Fit, Snapshot
 from fedcare.runtime.flower.records import Begin, decode_ops, decode_results, encode_ops, encode_results
+from fedcare.runtime.refs import DataRefError, Split
+from fedcare.studies.pain.cohort import PainSite, SessionFrames, TrainingSet
 
 
 def _wire(content: RecordDict) -> RecordDict:
@@ -32,12 +35,15 @@ def test_operations_and_results_round_trip_bit_identically():
     }
     scalars = {"num_examples": 40.0, "train_loss": 0.1 + 0.2, "big": 2.0**60 + 1.0}
     message = FedMessage(tensors, scalars)
-    ops = [("f1", Begin("pfdl", 5, message, reset=True)), ("f1", Fit("session-1", 2, message, "train/5/0")),
-           ("f1", Snapshot()), ("f1", Evaluate(message, "session/1", "binary"))]
-    back = decode_ops(_wire(encode_ops(ops)))
+    ops = [("f1", Begin("pfdl", 5, message, reset=True)), ("f1", Fit("session-1", 2, message, TrainingSet(5, 0))),
+           ("f1", Snapshot()), ("f1", Evaluate(message, SessionFrames(1), "binary"))]
+    back = decode_ops(_wire(encode_ops(ops)), PainSite.data_refs)
     assert [(ns, type(op)) for ns, op in back] == [(ns, type(op)) for ns, op in ops]
     fit = back[1][1]
-    assert (fit.phase, fit.round, fit.data) == ("session-1", 2, "train/5/0") and back[0][1].reset is True
+    assert (fit.phase, fit.round, fit.data) == ("session-1", 2, TrainingSet(5, 0)) and back[0][1].reset is True
+    assert back[3][1].data == SessionFrames(1)
+    with pytest.raises(DataRefError, match="unknown data reference"):  # a site decodes its own kinds only
+        decode_ops(_wire(encode_ops(ops)), [Split])
     for carried in (back[0][1].model, back[1][1].message):
         assert list(carried.tensors) == list(tensors) and carried.scalars == scalars
         for k, v in tensors.items():

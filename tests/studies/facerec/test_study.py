@@ -15,6 +15,7 @@ from fedcare.evaluation.verification import sample_pairs
 from fedcare.models.face_resnet import FaceResNet
 from fedcare.runtime.clients import LocalClients
 from fedcare.studies.facerec.config import FacerecExperiment
+from fedcare.studies.facerec.data import Evaluation
 from fedcare.studies.run import run_study
 
 from support import records
@@ -103,12 +104,12 @@ def test_a_global_testing_site_holds_every_clients_test_images_as_its_impostor_p
 
     config = small_config(celeba, tmp_path / "cache")
     faces = frdata.load_faces(celeba, config, None)
-    local = frdata.sites(faces, celeba)[1].data("eval/local/1")
+    local = frdata.sites(faces, celeba)[1].data(Evaluation("local", 1))
     assert local.pool is None and local.identities is None  # the default: local testing
     sites = frdata.sites(faces, celeba, "global")
-    data = sites[1].data("eval/local/1")
+    data = sites[1].data(Evaluation("local", 1))
     assert torch.equal(data.x, local.x) and torch.equal(data.y, local.y)
-    tests = [sites[c].data("eval/global/1") for c in sorted(sites)]
+    tests = [sites[c].data(Evaluation("global", 1)) for c in sorted(sites)]
     assert np.array_equal(data.pool.labels, torch.cat([t.y for t in tests]).numpy())  # global identities
     assert torch.equal(data.identities, tests[0].y)
     _, impostor = sample_pairs(data.identities.numpy(), np.random.default_rng(0), 50, 50, pool=data.pool.labels)

@@ -66,7 +66,7 @@ def test_xray_study_runs_on_synthetic_xrays(tmp_path):
 
 def test_demo_fedhealth2_from_the_cli(tmp_path):
     out = tmp_path / "demo"
-    shrink = ["train.rounds=1", "train.pretrain_epochs=1", "data.synthetic.subjects=2",
+    shrink = ["train.rounds=1", "train.pretrain_rounds=1", "data.synthetic.subjects=2",
               "data.synthetic.seconds_per_activity=5.0", "protocol.clients=3", "methods=['fedbn','fedap']"]
     result = CliRunner().invoke(app, ["demo", "fedhealth2", "--out", str(out), *[a for s in shrink for a in ("--set", s)]])
     assert result.exit_code == 0, result.output

@@ -15,7 +15,7 @@ from fedcare.config import ConfigError, MembershipAudit, Privacy, Runtime
 from fedcare.studies.load import load_config
 from fedcare.seeding import numpy_rng
 from fedcare.studies.pain.audit import membership_items
-from fedcare.studies.pain.cohort import PainSite, balance_items, items_data, read_cohort
+from fedcare.studies.pain.cohort import PainSite, TrainingSet, balance_items, items_data, read_cohort
 from fedcare.studies.run import run_study
 from fedcare.studies.rundir import SYNTHETIC_DIR
 
@@ -87,8 +87,8 @@ def test_members_and_non_members_are_the_documented_frames(audit_run):
         members, non_members = membership_items(site, SEED, UPTO, max_per_set=200)
         assert len(members) == len(non_members) == count
         trained = balance_items(site.sessions, UPTO, site.per_class, numpy_rng(SEED, "balance", subject, UPTO))
-        # the draw is the one the client trained on: the same frames PainSite hands out as train/5/1
-        assert items_data(site.sessions, trained).x[:].equal(site.data(f"train/{SEED}/{UPTO}").x[:])
+        # the draw is the one the client trained on: the same frames PainSite hands out as TrainingSet(5, 1)
+        assert items_data(site.sessions, trained).x[:].equal(site.data(TrainingSet(SEED, UPTO)).x[:])
         rows = {tuple(r) for r in trained}
         assert {tuple(r) for r in members} <= rows and len({tuple(r) for r in members}) == len(members)
         ever = {(s, f) for u in range(UPTO + 1)

@@ -13,7 +13,7 @@ import pytest
 from fedcare.data.transforms import four_variants, precrop_size, preprocess
 from fedcare.data.unbc.reader import load_unbc, read_grey
 from fedcare.seeding import numpy_rng
-from fedcare.studies.pain.cohort import PainSite, build_cohort, pretraining_sets
+from fedcare.studies.pain.cohort import PainSite, SessionFrames, TrainingSet, build_cohort, pretraining_sets
 
 SIZE = 32
 
@@ -46,8 +46,8 @@ def test_each_frame_is_held_once_and_datasets_hold_no_images(pain_cohort):
     def every_dataset():
         train, val = pretraining_sets(cohort, [42], 0.2, np.random.default_rng(0))
         site = PainSite(43, cohort.sessions[43], 40, True)
-        tests = [site.data(f"session/{s}") for s in range(len(site.sessions))]
-        return train, val, tests, site.data("train/1/2")
+        tests = [site.data(SessionFrames(s)) for s in range(len(site.sessions))]
+        return train, val, tests, site.data(TrainingSet(1, 2))
 
     every_dataset()
     (train, val, tests, balanced), peak = _traced_peak(every_dataset)

@@ -21,7 +21,7 @@ from fedcare.cli import app
 from support import ROOT
 
 
-SHRINK = ["protocol.rounds=1", 'methods=["local", "FedBN"]', "protocol.noise_multipliers=[1.5]", "inversion.steps=2",
+SHRINK = ["train.rounds=1", 'methods=["local", "FedBN"]', "protocol.noise_multipliers=[1.5]", "inversion.steps=2",
           "data.clients=3", "data.train=16", "data.test=16", "protocol.shadow_models=2"]
 SETS = [a for s in SHRINK for a in ("--set", s)]
 UNITS = 4 + 5  # local and FedBN plain, local under DP-SGD and within the demo's budget; the five inversion cases
@@ -174,6 +174,6 @@ def test_a_budget_level_is_named_built_and_read_back():
     levels = list(dict.fromkeys(level for level, _ in cases(config)))
     assert levels == [None, 0.6, 1.5, "epsilon<=10"] and level_label("epsilon<=10") == "DP epsilon<=10"
     dp = dp_sgd("epsilon<=10", config).dp_sgd
-    assert dp.target_epsilon == 10 and dp.budget_epochs == config.protocol.rounds * config.train.local_epochs
+    assert dp.target_epsilon == 10 and dp.budget_epochs == config.train.rounds * config.train.local_epochs
     for level in levels:
         assert _level(algorithm_name("PFDL", level).partition(" under DP-SGD sigma=")[2]) == level

@@ -27,6 +27,7 @@ from fedcare.studies import run as run_module
 from fedcare.studies.registry import study_for
 from fedcare.studies.run import resume_study, run_study
 from fedcare.studies.surgical.aggregate import ALTV, EGOV, index_run, pooled_score, views_at
+from fedcare.studies.surgical.data import TEST, TRAIN
 from fedcare.studies.surgical.config import (SurgicalData, SurgicalExperiment, SurgicalModel, SurgicalSynthetic,
                                              SurgicalTrain)
 from fedcare.studies.surgical.models import build_model
@@ -54,15 +55,15 @@ def test_pos_weight_is_per_client_by_default_and_pooled_with_global(synth, cache
     runtime = study.local_runtime(tmp_path, None)
     task = study.algorithm("fedavg").client.settings.task
     for c in CLIENTS:
-        data = runtime.sites[c].data("train")
+        data = runtime.sites[c].data(TRAIN)
         expected = torch.tensor(neg_over_pos(by_hand.labels(c, "train")), dtype=torch.float32)
         assert torch.allclose(task._weight(data), expected, rtol=1e-6)
         y = data.y[:5]
         x = torch.randn(len(y), 6)
         loss = task.batch_loss(data)(lambda inputs: inputs, x, y)  # the model's outputs are x
         assert torch.allclose(loss, F.binary_cross_entropy_with_logits(x, y, pos_weight=expected))
-    assert not torch.allclose(task._weight(runtime.sites["HEI1"].data("train")),
-                              task._weight(runtime.sites["CHO2"].data("train")))  # per client indeed
+    assert not torch.allclose(task._weight(runtime.sites["HEI1"].data(TRAIN)),
+                              task._weight(runtime.sites["CHO2"].data(TRAIN)))  # per client indeed
 
     pooled = np.concatenate([by_hand.labels(c, "train") for c in CLIENTS])
     study = study_for(tiny(synth, cache, pos_weight="global"))
@@ -70,7 +71,7 @@ def test_pos_weight_is_per_client_by_default_and_pooled_with_global(synth, cache
     expected = torch.tensor(neg_over_pos(pooled), dtype=torch.float32)
     assert torch.allclose(study.global_pos_weight, expected, rtol=1e-6)
     task = study.algorithm("feddyn").client.settings.task
-    assert all(torch.equal(task._weight(runtime.sites[c].data("train")), study.global_pos_weight) for c in CLIENTS)
+    assert all(torch.equal(task._weight(runtime.sites[c].data(TRAIN)), study.global_pos_weight) for c in CLIENTS)
 
 
 # -- ALTV and EGOV --------------------------------------------------------------------------
@@ -82,10 +83,10 @@ def test_summed_counts_are_the_f1_on_the_union_of_the_test_sets(synth, cache, tm
     with torch.no_grad():
         model.classifier[6].bias.copy_(torch.tensor([0.5, -0.5, 0.2, -0.2, 0.0, 0.1]))  # some tools on, some off
     federation = Federation(model, study.algorithm("lot"), 1)
-    per_client = federation.evaluate({c: runtime.sites[c].data("test") for c in CLIENTS}, "multilabel")
+    per_client = federation.evaluate({c: runtime.sites[c].data(TEST) for c in CLIENTS}, "multilabel")
     pooled = pooled_score(per_client.values(), TOOLS)
-    x = torch.cat([runtime.sites[c].data("test").x[:] for c in CLIENTS]).float() / 255
-    y = torch.cat([runtime.sites[c].data("test").y for c in CLIENTS]).numpy()
+    x = torch.cat([runtime.sites[c].data(TEST).x[:] for c in CLIENTS]).float() / 255
+    y = torch.cat([runtime.sites[c].data(TEST).y for c in CLIENTS]).numpy()
     with torch.no_grad():
         pred = (torch.sigmoid(model.eval()(x)) >= 0.5).numpy()
     expected = f1_score(y, pred, average=None, zero_division=0)
@@ -94,7 +95,7 @@ def test_summed_counts_are_the_f1_on_the_union_of_the_test_sets(synth, cache, tm
     # each client's own record: scikit-learn's per-tool precision, recall and F1 on its test frames
     start = 0
     for c in CLIENTS:
-        n = len(runtime.sites[c].data("test").y)
+        n = len(runtime.sites[c].data(TEST).y)
         p, r, f, _ = precision_recall_fscore_support(y[start:start + n], pred[start:start + n], average=None,
                                                      labels=list(range(len(TOOLS))), zero_division=0)
         start += n

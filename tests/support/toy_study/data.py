@@ -1,5 +1,5 @@
 """The toy study's data: points around one centre per identity, one file per client, and the
-site that reads a client's file ("train" and "test" halves of it)."""
+site that reads a client's file (`Split("train")` and `Split("test")` halves of it)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
+from fedcare.runtime.refs import Split
 
 
 def generate(out: Path, clients: int, identities: int, examples: int, seed: int = 0) -> Path:
@@ -27,6 +28,8 @@ def generate(out: Path, clients: int, identities: int, examples: int, seed: int 
 
 
 class ToySite:
+    data_refs = (Split,)  # Split("train"), Split("test")
+
     def __init__(self, client: int, root: Path):
         path = Path(root) / f"client-{client}.npz"
         if not path.is_file():
@@ -41,5 +44,5 @@ class ToySite:
     def summary(self) -> dict:
         return {"train": len(self.sets["train"])}
 
-    def data(self, ref: str) -> ClientData:
-        return self.sets[ref]
+    def data(self, ref: Split) -> ClientData:
+        return self.sets[ref.name]

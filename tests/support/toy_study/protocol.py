@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from fedcare.runtime.refs import Split
 from fedcare.studies.base import StudyProtocol
 
 
@@ -29,9 +30,9 @@ class ToyProtocol(StudyProtocol):
                 if done:
                     federation.load_state_dict(self.checkpoint.state("federation"))
                 for rnd in range(len(done) + 1, self.config.rounds + 1):
-                    info = federation.run_round("train", rnd, {c: "train" for c in clients})
+                    info = federation.run_round("train", rnd, {c: Split("train") for c in clients})
                     self.record("round", method=method, seed=seed, phase="train", round=rnd, **info)
-                    self.evaluate_clients(federation, {c: "test" for c in clients}, "verification", method=method,
+                    self.evaluate_clients(federation, {c: Split("test") for c in clients}, "verification", method=method,
                                           seed=seed, round=rnd)
                     self.finish_unit(f"seed {seed}: {method} round {rnd}", seed, method, rnd,
                                      federation=federation.state_dict if rnd < self.config.rounds else None)

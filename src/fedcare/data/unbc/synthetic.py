@@ -83,7 +83,8 @@ from fedcare.data.synthetic.face import identity as _identity
 from fedcare.data.synthetic.face import render_faces as _render_sequence
 from fedcare.data.synthetic.face import session_conditions as _session
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
-from fedcare.data.common import SYNTHETIC_MARKER, THESIS_GROUP1, THESIS_GROUP2
+from fedcare.data.common import SYNTHETIC_MARKER
+from fedcare.data.unbc.groups import THESIS_GROUP1, THESIS_GROUP2
 
 GENERATOR = "fedcare.data.synthetic.pain"  # the marker keeps the name from before the dataset packages (same bytes)
 MARKER_FILE = SYNTHETIC_MARKER

@@ -27,8 +27,9 @@ from typing import Any
 from fedcare.privacy.report import membership_plot, membership_table
 from fedcare.report import write_report
 from fedcare.report.html import render_run_page, table_block
-from fedcare.report.plots import method_bars, method_lines, plot_val_loss
+from fedcare.report.plots import method_bars, method_lines
 from fedcare.report.tables import Table, fmt_rank, pct, pct_pm, unit_label
+from fedcare.studies.pain.plots import plot_val_loss
 from fedcare.studies.pain.aggregate import (
     METRIC_LABELS, METRICS, PRIMARY_METRICS, RunAggregate, ThresholdSummary, aggregate, threshold_summaries,
 )

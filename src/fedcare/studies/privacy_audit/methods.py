@@ -62,7 +62,7 @@ def dp_sgd(level: Level, config: PrivacyAuditExperiment) -> Privacy | None:
         return None
     if isinstance(level, str):  # planned: the fit epochs of every round; PFDL's fine-tuning comes on top
         return Privacy(dp_sgd=DPSGD(target_epsilon=budget_of(level), max_grad_norm=p.max_grad_norm, delta=p.delta,
-                                    budget_epochs=p.rounds * config.train.local_epochs))
+                                    budget_epochs=config.train.rounds * config.train.local_epochs))
     return Privacy(dp_sgd=DPSGD(noise_multiplier=level, max_grad_norm=p.max_grad_norm, delta=p.delta))
 
 
