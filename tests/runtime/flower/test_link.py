@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tiny import tiny_model
+from support.tiny import tiny_model
 
 from fedcare.algorithms.messages import Message
 from fedcare.runtime.clients import AfterAggregation, Restore
