@@ -49,6 +49,7 @@ from fedcare.algorithms.base import (
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.training import ClientData, Randomness
 from fedcare.config import DPSGD
+from fedcare.errors import UserError
 from fedcare.runtime.clients import PRIVACY_LEDGER
 
 LEDGER = PRIVACY_LEDGER + "dp_sgd"  # rows (noise multiplier, sample rate, steps)
@@ -56,7 +57,7 @@ SIGMA = PRIVACY_LEDGER + "dp_sgd_sigma"  # the calibrated noise multiplier (targ
 
 
 
-class PrivacyError(ValueError):
+class PrivacyError(UserError, ValueError):
     """A protection that cannot apply to this model or algorithm; the message says why."""
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from fedcare import __version__
 from fedcare.compute import compute_facts, describe, same_arithmetic
 from fedcare.config import ConfigError, Experiment, to_toml
+from fedcare.errors import InputError
 from fedcare.files import atomic_write_text
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
@@ -80,7 +81,7 @@ def resume_study(partial: Path, *, progress: Progress | None = None,
         raise
     if (info.get("runtime") == "flower") != (runtime_factory is not None):
         run.release()
-        raise ValueError(f"{run.partial}: a run across sites continues across them: fedcare flower run --resume "
+        raise InputError(f"{run.partial}: a run across sites continues across them: fedcare flower run --resume "
                          f"{run.partial} --federation NAME" if runtime_factory is None else
                          f"{run.partial}: a run in one process continues there: fedcare resume {run.partial}")
     return _run(run, config, config_file=str(info.get("config_file", "")), progress=progress, keep_partial=True,
@@ -207,7 +208,7 @@ def _check_same_experiment(partial: Path, info: dict) -> None:
     (its records would mix two experiments under one config)."""
     began = info.get("config_sha256")
     if began is not None and config_digest(partial) != began:
-        raise ValueError(f"{partial / 'config.toml'}: changed since the run started; a resume continues the "
+        raise InputError(f"{partial / 'config.toml'}: changed since the run started; a resume continues the "
                          "experiment it began (restore the file, or start a new run with `fedcare run`)")
 
 
@@ -258,7 +259,7 @@ def study_of_run(run_dir: Path) -> tuple[type[Study], dict, list[str]]:
     try:
         study = registry.get(name)
     except registry.UnknownStudy as e:
-        raise ValueError(f"{Path(run_dir) / 'run.json'}: {e}") from None
+        raise InputError(f"{Path(run_dir) / 'run.json'}: {e}") from None
     return study, run_info, notes
 
 

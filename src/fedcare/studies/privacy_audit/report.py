@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fedcare.errors import InputError
 from fedcare.report import write_report
 from fedcare.report.html import render_run_page, table_block
 from fedcare.report.tables import Table
@@ -53,7 +54,7 @@ def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict], list[di
     audit, inversion, frames, budget = ([r for r in records if r.get("type") == kind]
                                         for kind in (AUDIT, INVERSION, FRAMES, BUDGET))
     if not audit and not inversion:
-        raise ValueError(f"{Path(run_dir) / METRICS_FILE}: no audit or inversion records")
+        raise InputError(f"{Path(run_dir) / METRICS_FILE}: no audit or inversion records")
     return audit, inversion, frames, budget
 
 
