@@ -116,6 +116,9 @@ class FedAPClient(ClientHalf):
 
 
 class FedAPServer(ServerHalf):
+    needs = "each"  # a personal aggregate per client, from the others' replies by similarity
+    has_setup = True  # each client's feature statistics
+
     def __init__(self, lam: float, weighting: str):
         super().__init__(FEDBN_SPLIT, weighting)
         if not 0 <= lam <= 1:
