@@ -73,7 +73,7 @@ def _table(name: str, title: str, caption: str, columns: list[str], rows: list[d
 def audit_table(audit: list[dict]) -> Table:
     rows = [{**r, "epsilon": math.inf if r["epsilon"] is None else r["epsilon"]} for r in audit]
     first = audit[0]
-    fedbn = ("FedBN under DP-SGD is not run: GroupNorm replaces its BatchNorm, leaving FedAvg. "
+    fedbn = ("FedBN under DP-SGD is not run: DP-SGD replaces its BatchNorm by a private GroupNorm, another model. "
              if any(r["method"] == "FedBN" for r in audit) and any(r["epsilon"] is not None for r in audit) else "")
     return _table("privacy_audit", "Membership inference (loss attack) vs DP-SGD, synthetic data",
                   f"Mean over {first['clients']} clients of {first['members']} training (members) and "
