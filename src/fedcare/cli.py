@@ -6,6 +6,7 @@ import faulthandler
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,10 +32,10 @@ console = Console(stderr=True)
 
 @app.callback()
 def _options(
-    traceback: Annotated[bool, typer.Option("--traceback", help=f"Show the traceback of a user error too (one line "
+    show_traceback: Annotated[bool, typer.Option("--traceback", help=f"Show the traceback of a user error too (one line "
                                                                 f"without it); the same as {TRACEBACK_VARIABLE}=1.")] = False,
 ) -> None:
-    if traceback:  # the environment carries it to every command, and to the processes a command starts
+    if show_traceback:  # the environment carries it to every command, and to the processes a command starts
         os.environ[TRACEBACK_VARIABLE] = "1"
 
 
@@ -50,7 +51,7 @@ def _fail(message: str, code: int = 2) -> None:
 def _user_error(e: UserError) -> None:
     """A mistake the user can fix: one line, exit 2; with --traceback (FEDCARE_TRACEBACK=1), where it was raised too."""
     if tracebacks_wanted():
-        console.print_exception()
+        traceback.print_exc()  # Python's own: every file and line, unwrapped, as a bug report wants them
     _fail(str(e))
 
 
@@ -90,9 +91,9 @@ def _stopped(e: BaseException) -> None:
         _fail(f"stopped (SIGTERM)\n{note}", 143)
     if isinstance(e, (UserError, OSError)):  # what the user can fix, and the machine's state (a full disk)
         if tracebacks_wanted():
-            console.print_exception()
+            traceback.print_exc()  # Python's own: every file and line, unwrapped, as a bug report wants them
         _fail(f"{e if isinstance(e, UserError) else _os_error(e)}\n{note}".strip())
-    console.print_exception()
+    traceback.print_exc()  # Python's own: every file and line, unwrapped, as a bug report wants them
     _fail(f"{type(e).__name__}: {e}\n{note}".strip(), 1)
 
 

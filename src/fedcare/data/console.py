@@ -5,6 +5,7 @@ the printing of a summary's problems and of a PSPI histogram. Imports only typer
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -45,7 +46,7 @@ def user_error(e: BaseException) -> NoReturn:
     """A mistake the user can fix (a `fedcare.errors.UserError`, an output folder that exists):
     one line, exit 2; with `fedcare --traceback` (FEDCARE_TRACEBACK=1) its traceback first."""
     if tracebacks_wanted():
-        stderr().print_exception()
+        traceback.print_exc()  # Python's own: every file and line, unwrapped
     fail(str(e))
 
 
