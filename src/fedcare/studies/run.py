@@ -27,6 +27,7 @@ from fedcare.files import atomic_write_text
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
 from fedcare.studies.checkpoint import Checkpoint
+from fedcare.studies.checks import check_before_training, check_methods
 from fedcare.studies.load import load_config
 from fedcare.studies.rundir import (
     METRICS_FILE,
@@ -127,9 +128,10 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             log(partial, f"resumed after {done} units under fedcare {__version__} (begun under {info['fedcare_version']})")
             versions.append({"after_units": done, "fedcare_version": __version__})
             update_run_info(partial, version_changes=versions)
-        study.check_privacy()
+        check_methods(study)  # before any data are read: every method builds, with its stack
         runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
         _check_robustness(study, runtime)
+        check_before_training(study, runtime)  # the methods again, the runtime's wiring, the model's outputs
         if hasattr(runtime, "start_facts"):  # a run across sites: said from the start (a resume goes across them too)
             update_run_info(partial, **runtime.start_facts())
         checkpoint = Checkpoint(partial, records, saved)
