@@ -17,7 +17,7 @@ like any other. What each layer accepts is in `fedcare.algorithms.capabilities`.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -25,40 +25,49 @@ from torch import nn
 from fedcare.algorithms.attack import attacking_algorithm
 from fedcare.algorithms.base import Algorithm
 from fedcare.algorithms.robust import robust_algorithm
+from fedcare.config import Experiment
 from fedcare.device import Compute
 from fedcare.privacy import private_algorithm, private_model
 
-if TYPE_CHECKING:  # the study's side; importing it here would make a cycle with studies.base
-    from fedcare.config import Experiment
+
+class Plain(Protocol):
+    """What the stack is put around: a `fedcare.studies.base.Study` bound to its experiment."""
+
+    config: Experiment
+    compute: Compute
+
+    def new_model(self, *args: Any, **kwargs: Any) -> nn.Module: ...
+
+    def algorithm(self, name: str) -> Algorithm: ...
 
 
 class Composed:
     """A study's model and algorithms with its experiment's stack around them: what every
     runtime builds from (a `fedcare.runtime.sites.Builder`)."""
 
-    def __init__(self, study: object):
-        self.study = study  # a `fedcare.studies.base.Study` bound to its experiment
+    def __init__(self, study: Plain):
+        self.study = study
 
     @property
     def config(self) -> Experiment:
-        return self.study.config  # type: ignore[attr-defined]
+        return self.study.config
 
     @property
     def compute(self) -> Compute:
         """Where this process computes (the experiment's `[runtime]`, resolved on this machine)."""
-        return self.study.compute  # type: ignore[attr-defined]
+        return self.study.compute
 
-    def new_model(self, *args: object, **kwargs: object) -> nn.Module:
+    def new_model(self, *args: Any, **kwargs: Any) -> nn.Module:
         """The study's model (its own arguments, e.g. the face study's classes) as the
         protections need it, on the run's device."""
         with torch.device("cpu"):  # built on the host, then moved: the same initial weights on every device
-            model = private_model(self.study.new_model(*args, **kwargs), self.config.privacy)  # type: ignore[attr-defined]
+            model = private_model(self.study.new_model(*args, **kwargs), self.config.privacy)
         return self.compute.place(model)
 
     def algorithm(self, name: str) -> Algorithm:
         """The study's algorithm `name` inside the stack (see the module docstring); an error
         saying why for a layer that cannot cover it."""
-        algorithm = self.study.algorithm(name)  # type: ignore[attr-defined]
+        algorithm = self.study.algorithm(name)
         robustness = self.config.robustness
         if robustness is not None:
             algorithm = robust_algorithm(attacking_algorithm(algorithm, robustness.attack), robustness)
