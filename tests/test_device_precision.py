@@ -91,5 +91,5 @@ def test_channels_last_is_opt_in_and_trains_the_same_model_to_rounding(tmp_path)
     from fedcare.studies import registry
 
     study = registry.study_for(with_runtime(config, channels_last=True))
-    conv = next(m for m in study.new_model().modules() if isinstance(m, __import__("torch").nn.Conv2d))
+    conv = next(m for m in study.composed.new_model().modules() if isinstance(m, __import__("torch").nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=__import__("torch").channels_last)

@@ -177,12 +177,14 @@ def fedhealth2_demo(extra: str):
 
 def test_the_flower_coordinator_aggregates_with_the_studys_robust_server():
     from fedcare.runtime.flower.runtime import FlowerRuntime
+    from fedcare.studies.checks import check_methods
 
     config, study = fedhealth2_demo('\n[robustness]\nrule = "trimmed_mean"\ntrim_fraction = 0.1\n')
-    federation = FlowerRuntime(link=object(), algorithm=study.algorithm).federation(study.new_model(), "fedavg", 0)
+    federation = FlowerRuntime(link=object(), algorithm=study.composed.algorithm).federation(
+        study.composed.new_model(), "fedavg", 0)
     assert isinstance(federation.server, RobustServer) and federation.server.trim_fraction == 0.1
     with pytest.raises(RobustAggregationError, match="fedap aggregates by its own rule"):
-        study.check_privacy()  # the demo's methods include FedAP: refused before any data are read
+        check_methods(study)  # the demo's methods include FedAP: refused before any data are read
 
 
 def test_deployment_refuses_simulated_attackers_and_the_report_notes_them():

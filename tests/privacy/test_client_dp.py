@@ -177,7 +177,7 @@ def test_clip_update_bounds_the_norm_and_leaves_small_updates():
 
 
 def test_a_server_with_its_own_aggregation_is_refused():
-    with pytest.raises(PrivacyError, match="aggregates with its own rule"):
+    with pytest.raises(PrivacyError, match="aggregates by its own rule"):
         private_algorithm(feddyn(SETTINGS, num_clients=3), Privacy(client_dp=ClientDP()))
 
 

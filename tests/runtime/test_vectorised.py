@@ -148,8 +148,8 @@ def test_what_is_batched_is_what_the_client_half_declares():
 
     finetune = pfdl(SETTINGS, finetune_epochs=3, lr_factor=5.0).client.batched_finetune()
     assert (finetune.epochs, finetune.lr) == (3, SETTINGS.lr / 5.0)
-    assert fedavg(SETTINGS).client.batched_finetune() is None and fedavg(SETTINGS).client.batched_fit()
+    assert fedavg(SETTINGS).client.batched_finetune() is None and fedavg(SETTINGS).client.batched_fit
     wrapped = DelegatingClient(pfdl(SETTINGS).client)
-    assert wrapped.batched_finetune() is None and not wrapped.batched_fit()
+    assert wrapped.batched_finetune() is None and not wrapped.batched_fit
     clients = VectorisedClients(har_model(), wrapped, 0)
     assert clients.finetune is None and clients.why_not == "DelegatingClient trains by its own fit"

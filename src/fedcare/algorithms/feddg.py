@@ -60,6 +60,8 @@ def amplitude_mix(x: torch.Tensor, bank: torch.Tensor, p: float, generator: torc
 
 
 class FedDGClient(ClientHalf):
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def __init__(self, settings: TrainSettings, bank_per_client: int, p: float):
         super().__init__(settings, SHARE_ALL)
         self.bank_per_client = bank_per_client
@@ -84,6 +86,8 @@ class FedDGClient(ClientHalf):
 
 
 class FedDGServer(ServerHalf):
+    has_setup = True  # each client's amplitude spectra (its aggregation is the mean)
+
     def __init__(self, include_own: bool, weighting: str):
         super().__init__(SHARE_ALL, weighting)
         self.include_own = include_own

@@ -83,6 +83,8 @@ def loss_at(model: nn.Module, data: ClientData, settings: TrainSettings, batch_s
 class QFedAvgClient(ClientHalf):
     """FedAvg's client plus F_k(w^t), measured before training."""
 
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def fit(
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
     ) -> tuple[Message, ClientState]:
@@ -94,6 +96,8 @@ class QFedAvgClient(ClientHalf):
 
 
 class QFedAvgServer(ServerHalf):
+    needs = "each"  # weighs each update by its client's loss at the global model
+
     def __init__(
         self,
         q: float = DEFAULT_Q,

@@ -5,8 +5,10 @@ Kept free of heavy imports (no OpenCV, no torch): the config loader and the CLI 
 
 from __future__ import annotations
 
+from fedcare.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """Input data that cannot be used: a missing or malformed dataset copy, an unreadable
     file, a label without its image. The message names the path and the problem; the CLI
     prints it as one line (no traceback)."""

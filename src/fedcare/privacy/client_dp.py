@@ -12,9 +12,11 @@ Algorithm 1: b_i = 1 when ||Delta_i|| <= C, C <- C * exp(-eta (b_bar - gamma))):
 the target fraction fit under C, C grows; when more do, it shrinks.
 
 Choices written down:
-- Only a server half whose aggregation is the plain weighted average can be wrapped: noise
-  must go onto the average, not after a server optimizer (FedAdam, AdamW) or a personalised
-  aggregation (FedAP, FedDyn, q-FedAvg); the others are refused with the reason.
+- Only a server half whose rule is the weighted mean (`needs = "mean"`) is wrapped: the noise
+  goes onto the mean. Under a server optimizer (FedAdam, AdamW) the wrapper goes inside it, on
+  the mean the optimizer steps from: the step is post-processing of the noised mean, so the
+  guarantee holds. A personalised aggregation (FedAP, FedDyn, q-FedAvg) is refused with the
+  reason (`fedcare.privacy.private_algorithm`, `fedcare.algorithms.capabilities`).
 - Adaptive: Flower updates C before adding the round's noise, so the noise is scaled by the
   next round's norm; here the noise uses the norm the updates were clipped to (the one the
   sensitivity is), and C moves afterwards.
@@ -40,7 +42,7 @@ from collections.abc import Mapping
 
 import torch
 
-from fedcare.algorithms.base import NUM_EXAMPLES, ClientId, ServerHalf
+from fedcare.algorithms.base import NUM_EXAMPLES, ClientId, DelegatingServer, ServerHalf
 from fedcare.algorithms.messages import Message
 from fedcare.config import ClientDP
 from fedcare.privacy.dp_sgd import PrivacyError, epsilon
@@ -89,19 +91,18 @@ def calibrated_noise(config: ClientDP) -> float:
                                       steps=config.budget_rounds, accountant="rdp"))
 
 
-class ClientDPServer(ServerHalf):
-    """Any plain-averaging server half with client-level DP on its aggregation."""
+class ClientDPServer(DelegatingServer):
+    """A server half whose rule is the weighted mean (`inner`), with client-level DP on it."""
+
+    needs = "each"  # each update is clipped here
 
     def __init__(self, inner: ServerHalf, config: ClientDP, algorithm: str):
-        if type(inner).aggregate is not ServerHalf.aggregate:
-            raise PrivacyError(f"privacy.client_dp: {algorithm} aggregates with its own rule "
-                               f"({type(inner).__name__}), so noise on the plain average would not protect what it "
-                               f"releases; client-level DP applies to plain-averaging algorithms (FedAvg, FedProx, "
-                               f"FedBN, FedPer, FedRep, FedDG, PFDL)")
+        if inner.needs != "mean":  # `fedcare.privacy.private_algorithm` refuses it first, saying why
+            raise ValueError(f"ClientDPServer noises a mean; {algorithm}'s {type(inner).__name__} needs {inner.needs!r}")
         if config.target_epsilon is not None:  # the budget fixes the noise before the first round
             config = config.model_copy(update={"noise_multiplier": calibrated_noise(config)})
-        self.inner, self.config = inner, config
-        self.split, self.weighting = inner.split, inner.weighting
+        super().__init__(inner)
+        self.config = config
         self.clipping_norm = config.clipping_norm
         self.seed = 0
         self.ledger = Ledger()
@@ -109,15 +110,6 @@ class ClientDPServer(ServerHalf):
     def bind_seed(self, seed: int) -> None:
         """The run seed the noise derives from (set by the federation)."""
         self.seed = seed
-
-    def initial_message(self, model):
-        return self.inner.initial_message(model)
-
-    def setup(self, replies):
-        return self.inner.setup(replies)
-
-    def message_for(self, client, message):
-        return self.inner.message_for(client, message)
 
     def over_budget(self, clients: list[ClientId]) -> list[ClientId]:
         """The clients whose taking part in one more release would cross target_epsilon."""

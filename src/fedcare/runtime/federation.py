@@ -44,8 +44,7 @@ class Federation:
         self.seed = seed
         self.client_fraction = client_fraction
         self.server = algorithm.server  # its state (optimizer moments, FedAP weights) is snapshotted too
-        if hasattr(self.server, "bind_seed"):  # a server half that draws noise (client-level DP)
-            self.server.bind_seed(seed)
+        self.server.bind_seed(seed)  # a server half that draws noise (client-level DP)
         self.global_message = self.server.initial_message(model)
         # called after every aggregation with (global message before, replies, global message after):
         # statistics of the updates the server sees (e.g. the surgical thesis's CosSim, GradDiff)
@@ -90,7 +89,7 @@ class Federation:
     def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, Data]) -> dict:
         participants = self.sample(phase, rnd, list(train))
         # client-level DP with a budget: a client whose next round would cross it takes no part
-        over_budget = self.server.over_budget(participants) if hasattr(self.server, "over_budget") else []
+        over_budget = self.server.over_budget(participants)
         participants = [c for c in participants if c not in over_budget]
         work = self.work({c: train[c] for c in participants})
         secure = self.algorithm.secure
@@ -128,8 +127,9 @@ class Federation:
             info[DP_EPSILON + "_clients"] = {str(c): s[DP_EPSILON] for c, s in sorted(spent.items())}
         if skipped or over_budget:  # out of privacy budget: these clients did not train this round
             info["skipped"] = sorted(str(c) for c in [*skipped, *over_budget])
-        if hasattr(self.server, "spent_per_client"):  # client-level DP: each client's epsilon so far
-            info["client_dp_epsilon_clients"] = self.server.spent_per_client()
+        client_dp = self.server.spent_per_client()
+        if client_dp is not None:  # client-level DP: each client's epsilon so far
+            info["client_dp_epsilon_clients"] = client_dp
         for key, value in self.global_message.scalars.items():
             if key.startswith("client_dp_"):  # client-level DP: epsilon so far, the clipping norm
                 info[key] = value
@@ -137,11 +137,8 @@ class Federation:
 
     @property
     def reports_privacy(self) -> bool:
-        """Whether a client half in the algorithm's chain of wrappers keeps a DP-SGD ledger."""
-        client = self.algorithm.client
-        while client is not None and not getattr(type(client), "reports_privacy", False):
-            client = getattr(client, "inner", None)
-        return client is not None
+        """Whether the algorithm's client half keeps a DP-SGD ledger (declared, through its wrappers)."""
+        return self.algorithm.client.reports_privacy
 
     def privacy_spent(self, data: Mapping[ClientId, Data]) -> dict[ClientId, dict]:
         """Per client under DP-SGD: the epsilon it has spent over the whole run (every fit and

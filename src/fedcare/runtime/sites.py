@@ -17,10 +17,11 @@ from torch import nn
 
 from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.training import ClientData
+from fedcare.errors import UserError
 from fedcare.runtime.refs import DataRef
 
 
-class SiteError(RuntimeError):
+class SiteError(UserError, RuntimeError):
     """A site cannot take part: unknown site, missing data directory, bad experiment file.
     The message names the site and the problem; a run stops before any training."""
 

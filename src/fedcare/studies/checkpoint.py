@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from fedcare.device import to_host
+from fedcare.errors import InputError
 from fedcare.files import atomic_write_bytes
 from fedcare.studies.rundir import RESUME_STATE_FILE, RecordsWriter
 
@@ -111,14 +112,14 @@ class Checkpoint:
                 saved = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             named = re.search(r"GLOBAL ([\w.]+)", str(e))
-            raise ValueError(f"{path}: refused: it names {named.group(1) if named else 'something'}, not tensors or "
+            raise InputError(f"{path}: refused: it names {named.group(1) if named else 'something'}, not tensors or "
                              "fedcare's own state (loading it could run code); a checkpoint fedcare wrote never "
                              "does") from None
         except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, KeyError) as e:
-            raise ValueError(f"{path}: damaged, cannot be read ({_first_line(e)}); the run cannot be resumed "
+            raise InputError(f"{path}: damaged, cannot be read ({_first_line(e)}); the run cannot be resumed "
                              "from it") from None
         if not isinstance(saved, dict) or not isinstance(saved.get("units", []), list):
-            raise ValueError(f"{path}: not a fedcare checkpoint")
+            raise InputError(f"{path}: not a fedcare checkpoint")
         return saved
 
     def finished(self, *key: Hashable) -> bool:

@@ -19,10 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedcare.config import ConfigError, Experiment
+from fedcare.errors import InputError
 from fedcare.files import atomic_write_text
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
 from fedcare.studies.checkpoint import Checkpoint
+from fedcare.studies.checks import check_before_training, check_methods
 from fedcare.studies.load import load_config
 from fedcare.studies.run_record import RunRecord, config_digest
 from fedcare.studies.rundir import METRICS_FILE, Progress, RecordsWriter, RunDirectory, read_run_info, set_threads
@@ -67,7 +69,7 @@ def resume_study(partial: Path, *, progress: Progress | None = None,
         raise
     if (info.get("runtime") == "flower") != (runtime_factory is not None):
         run.release()
-        raise ValueError(f"{run.partial}: a run across sites continues across them: fedcare flower run --resume "
+        raise InputError(f"{run.partial}: a run across sites continues across them: fedcare flower run --resume "
                          f"{run.partial} --federation NAME" if runtime_factory is None else
                          f"{run.partial}: a run in one process continues there: fedcare resume {run.partial}")
     return _run(run, config, config_file=str(info.get("config_file", "")), progress=progress, keep_partial=True,
@@ -87,10 +89,11 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         record.begin(config_file)
         offset = saved.get("offset", 0) if record.resumed else None  # a resume drops what an unfinished unit wrote
         records = RecordsWriter(run.partial / METRICS_FILE, truncate_to=offset)
-        study.check_privacy()
+        check_methods(study)  # before any data are read: every method builds, with its stack
         runtime = (study.local_runtime(run.partial, progress) if runtime_factory is None
                    else runtime_factory(study, records.write))
         _check_robustness(study, runtime)
+        check_before_training(study, runtime)  # the methods again, the runtime's wiring, the model's outputs
         record.runtime_ready(runtime)
         checkpoint = Checkpoint(run.partial, records, saved, on_commit=record.unit_finished)
         protocol = study.protocol(runtime, records.write, progress, checkpoint)
@@ -128,7 +131,7 @@ def _check_same_experiment(partial: Path, info: dict) -> None:
     (its records would mix two experiments under one config)."""
     began = info.get("config_sha256")
     if began is not None and config_digest(partial) != began:
-        raise ValueError(f"{partial / 'config.toml'}: changed since the run started; a resume continues the "
+        raise InputError(f"{partial / 'config.toml'}: changed since the run started; a resume continues the "
                          "experiment it began (restore the file, or start a new run with `fedcare run`)")
 
 
@@ -158,7 +161,7 @@ def study_of_run(run_dir: Path) -> tuple[type[Study], dict, list[str]]:
     try:
         study = registry.get(name)
     except registry.UnknownStudy as e:
-        raise ValueError(f"{Path(run_dir) / 'run.json'}: {e}") from None
+        raise InputError(f"{Path(run_dir) / 'run.json'}: {e}") from None
     return study, run_info, notes
 
 

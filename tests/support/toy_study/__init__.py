@@ -60,7 +60,10 @@ class ToyStudy(Study):
         d = self.config.data
         root = d.root or generate(workdir / "synthetic-data", d.clients, d.identities_per_client, d.examples_per_identity)
         sites = {k: ToySite(k, root) for k in range(d.clients)}
-        return LocalRuntime(sites, self.algorithm, synthetic=all(s.synthetic for s in sites.values()))
+        return LocalRuntime(sites, self.composed.algorithm, synthetic=all(s.synthetic for s in sites.values()))
+
+    def sample_ref(self) -> str:
+        return "train"
 
     def clients(self) -> list[int]:
         return list(range(self.config.data.clients))

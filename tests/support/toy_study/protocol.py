@@ -19,12 +19,12 @@ class ToyProtocol(StudyProtocol):
         clients = sorted(self.runtime.summaries())
         for seed in self.config.seeds:
             torch.manual_seed(seed)
-            initial = self.study.new_model().state_dict()
+            initial = self.study.composed.new_model().state_dict()
             for method in self.config.methods:
                 done = [r for r in range(1, self.config.rounds + 1) if self.finished(seed, method, r)]
                 if len(done) == self.config.rounds:
                     continue
-                model = self.study.new_model()
+                model = self.study.composed.new_model()
                 model.load_state_dict(initial)
                 federation = self.runtime.federation(model, method, seed, label={"method": method, "seed": seed})
                 if done:

@@ -38,6 +38,7 @@ from torch import nn
 from fedcare.algorithms.base import ClientId
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import ClientData
+from fedcare.errors import UserError
 from fedcare.runtime.clients import (
     AfterAggregation,
     Data,
@@ -59,7 +60,7 @@ UNAVAILABLE = {ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, 
                ErrorCode.CLIENT_APP_CRASHED}
 
 
-class FlowerRunError(RuntimeError):
+class FlowerRunError(UserError, RuntimeError):
     """The federation cannot go on: a site failed, too few sites answered, or the sites do
     not match the experiment. The message names the sites."""
 

@@ -11,12 +11,10 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from torch import nn
 
-from fedcare.algorithms.base import Algorithm, ClientHalf
+from fedcare.algorithms.base import Algorithm
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, LinkSettings, SiteLink
 from fedcare.runtime.refs import Split
-
-
 
 
 def make_server_app(
@@ -48,7 +46,7 @@ def make_server_app(
         link.connect(list(clients))
         model = model_factory()
         federation = Federation(model, algorithm, seed, clients=FlowerClients(link, "factory", algorithm.name, seed, model))
-        if type(algorithm.client).setup is not ClientHalf.setup:
+        if algorithm.server.has_setup:
             federation.run_setup("setup", {c: Split("train") for c in link.node_of})
         for rnd in range(1, rounds + 1):
             info = federation.run_round(phase, rnd, {c: Split("train") for c in link.node_of})

@@ -64,7 +64,7 @@ class FacerecProtocol(StudyProtocol):
         classes = self.global_classes() if labels_of(method) == "global" else 0
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(seed, "init"))
-            return self.study.new_model(classes)
+            return self.study.composed.new_model(classes)
 
     def run(self) -> None:
         rounds = self.config.train.rounds

@@ -44,7 +44,7 @@ class FedHealth2Protocol(StudyProtocol):
         global generator as it was."""
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(seed, "init"))
-            return self.study.new_model()
+            return self.study.composed.new_model()
 
     def clients(self, seed: int) -> list:
         """The clients with at least 2 training examples for this seed."""

@@ -88,7 +88,7 @@ class PainProtocol(StudyProtocol):
 
     # -- models -----------------------------------------------------------------------
     def new_model(self, state: dict | None = None, seed: int = 0) -> PainCNN:
-        model = self.study.new_model()
+        model = self.study.composed.new_model()
         if state is None:
             glorot_init(model, torch_generator(seed, "init"))
         else:

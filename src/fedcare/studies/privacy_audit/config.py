@@ -23,8 +23,8 @@ class AuditData(Strict):
 
 
 class AuditProtocol(Strict):
-    # DP-SGD's noise multipliers, each audited after the plain run (FedBN runs plain only:
-    # DP-SGD's GroupNorm replaces its BatchNorm, leaving FedAvg)
+    # DP-SGD's noise multipliers, each audited after the plain run (FedBN runs plain only: under
+    # DP-SGD its BatchNorm becomes a private GroupNorm, another model than the plain FedBN's)
     noise_multipliers: list[float] = Field(default_factory=lambda: [0.6, 1.5])
     max_grad_norm: float = Field(1.0, gt=0)  # DP-SGD's C
     delta: float = Field(1e-5, gt=0, lt=1)  # the delta epsilon is reported at

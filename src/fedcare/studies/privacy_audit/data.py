@@ -20,6 +20,7 @@ import torch
 
 from fedcare.algorithms.training import ClientData, as_float
 from fedcare.runtime.refs import DataRef, SeededSplit
+from fedcare.config import ConfigError
 from fedcare.seeding import numpy_rng, torch_generator
 from fedcare.studies.privacy_audit.config import AuditData
 from fedcare.studies.rundir import SYNTHETIC_DIR
@@ -118,7 +119,7 @@ def synthetic_frames(count: int, image_size: int, seed: int, folder: Path | None
     items = [item for s in sorted(sessions) for item in sessions[s]]
     images, labels = np.stack([i for i, _ in items]), np.array([y for _, y in items])
     if len(images) < count:
-        raise ValueError(f"inversion.batch = {count}: the synthetic subject has only {len(images)} frames")
+        raise ConfigError(f"inversion.batch = {count}: the synthetic subject has only {len(images)} frames")
     pick = np.sort(numpy_rng(seed, "inversion-frames").choice(len(images), count, replace=False))
     x = as_float(torch.from_numpy(images[pick]).unsqueeze(1).contiguous())
     return x, torch.from_numpy(labels[pick].astype(np.float32))

@@ -49,7 +49,8 @@ def budget_of(level: Level) -> float | None:
 
 def cases(config: PrivacyAuditExperiment) -> list[tuple[Level, str]]:
     """(level, method) of every audited case, levels first: plain, each noise multiplier, the
-    budget. FedBN runs plain only: DP-SGD's GroupNorm replaces its BatchNorm, leaving FedAvg."""
+    budget. FedBN runs plain only: under DP-SGD its BatchNorm becomes a private GroupNorm, another
+    model than the plain FedBN's."""
     p = config.protocol
     budget = [f"{BUDGET_LEVEL}{p.target_epsilon:g}"] if p.target_epsilon is not None else []
     levels = [None, *p.noise_multipliers, *budget]

@@ -130,7 +130,7 @@ class PrivacyAuditProtocol(StudyProtocol):
         clients = sorted(self.runtime.summaries())
         with torch.random.fork_rng():
             torch.manual_seed(own_seed)
-            model = private_model(self.study.new_model(), dp_sgd(sigma, self.config))
+            model = private_model(self.study.composed.new_model(), dp_sgd(sigma, self.config))
             federation = self.runtime.federation(model, algorithm_name(method, sigma), own_seed)
             info, skipped = {}, Counter()
             for rnd in range(1, self.config.train.rounds + 1):

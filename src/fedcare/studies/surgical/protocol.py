@@ -131,12 +131,12 @@ class SurgicalProtocol(StudyProtocol):
         global generator as it was), then `model.weights` if set."""
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(seed, "init"))
-            model = self.study.new_model()
+            model = self.study.composed.new_model()
         self.study.load_weights(model)
         return model.state_dict()
 
     def model_from(self, state: dict[str, torch.Tensor]) -> nn.Module:
-        model = self.study.new_model()
+        model = self.study.composed.new_model()
         model.load_state_dict(state)
         return model
 
