@@ -226,7 +226,7 @@ def main() -> None:
     config = load_config(REPO / "configs/pain/tobis2020.toml", overrides=[
         f"data.root={root}", "seeds=[123]", f"methods={json.dumps(args.methods)}",
         f"protocol.image_size={args.image_size}", f"protocol.last_session={args.last_session}",
-        f"train.max_rounds={rounds}", f"train.pretrain_max_rounds={rounds}", f"runtime.threads={args.threads}",
+        f"train.rounds={rounds}", f"train.pretrain_rounds={rounds}", f"runtime.threads={args.threads}",
     ])
 
     clock = PhaseClock()

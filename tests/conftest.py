@@ -6,15 +6,20 @@ import fedcare  # noqa: F401  (first: it sets OpenMP's passive wait policy befor
 import torch
 
 
+TESTS = Path(__file__).parent
+
 # pytest-xdist (`-n 2 --dist loadfile`, pyproject.toml) hands test files to its workers in
 # collection order. The Flower deployment tests (pain; surgical and face) take minutes each, most
 # of it waiting on Flower's polls: collected first, one file per worker, they start at once and
-# the rest of the suite follows on whichever worker is free.
-FIRST_FILES = ("test_flower_deploy.py", "test_flower_deploy_studies.py")
+# the rest of the suite follows on whichever worker is free. Paths below tests/.
+FIRST_FILES = ("deployment/test_cli_deployed_pain.py", "deployment/test_cli_deployed_studies.py")
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in FIRST_FILES)  # stable: the rest keep their order
+    def first(item) -> bool:
+        return item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix() in FIRST_FILES
+
+    items.sort(key=lambda item: not first(item))  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +31,7 @@ def _two_threads():
 @pytest.fixture(scope="session")
 def pain_cohort(tmp_path_factory) -> Path:
     """Synthetic UNBC-McMaster subjects 42 (pretraining), 43, 80 and 92. Shared by the Flower
-    pain tests (deploy, Ray, in-process), which only read it."""
+    pain tests (tests/deployment/: deployed, Ray, in-process), which only read it."""
     from fedcare.data.unbc.synthetic import generate_pain_cohort
 
     root = tmp_path_factory.mktemp("data") / "unbc"
@@ -40,7 +45,7 @@ def pain_reference(pain_cohort, tmp_path_factory) -> list[dict]:
     ["F(N)", "FP(N)"])`, which the real deployment and Flower's Simulation Engine (Ray) must
     both equal bit for bit: simulated once for both. (`deployment.sites` only names the sites:
     the Ray run, which has none, gives the same records.)"""
-    from pain_sites import config, records
+    from support.pain_sites import config, records
 
     from fedcare.studies.run import run_study
 

@@ -17,7 +17,9 @@ import pytest
 
 from fedcare.studies import registry
 
-ROOT = Path(__file__).parents[1]
+from support import ROOT
+
+
 SRC = ROOT / "src" / "fedcare"
 DOC = ROOT / "docs" / "architecture.md"
 STUDY_PACKAGES = sorted(p.name for p in (SRC / "studies").iterdir() if (p / "__init__.py").is_file())

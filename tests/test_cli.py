@@ -9,6 +9,9 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 
+from support import ROOT
+
+
 COMMANDS = [[], ["run"], ["demo"], ["report"], ["data"], ["data", "synth"], ["data", "synth", "pain"],
             ["data", "summary"], ["data", "summary", "unbc"], ["flower"], ["flower", "supernode"],
             ["flower", "clientapps"]]
@@ -23,7 +26,7 @@ def test_every_command_has_help(command):
 
 def test_demo_runs_end_to_end_and_prints_the_summary_and_report_path(tmp_path):
     out = tmp_path / "demo"
-    shrink = ["train.max_rounds=1", "train.pretrain_max_rounds=1", "protocol.last_session=2",
+    shrink = ["train.rounds=1", "train.pretrain_rounds=1", "protocol.last_session=2",
               "data.synthetic.frame_scale=0.02", "protocol.image_size=16"]
     result = CliRunner().invoke(app, ["demo", "--out", str(out), *[a for s in shrink for a in ("--set", s)]])
     assert result.exit_code == 0, result.output
@@ -141,7 +144,7 @@ def test_a_config_refuses_a_site_name_that_is_not_an_identifier(tmp_path):
 @pytest.mark.parametrize("out", ["", ".", "..", "/"])
 def test_an_out_that_names_no_new_folder_is_one_clear_line(out, tmp_path):
     """`--out ''` printed "PosixPath('.') has an empty name"."""
-    config = Path(__file__).parents[1] / "configs" / "fedhealth2" / "demo.toml"
+    config = ROOT / "configs" / "fedhealth2" / "demo.toml"
     result = CliRunner().invoke(app, ["run", str(config), "--out", out])
     assert result.exit_code == 2 and "name a new folder for the run" in result.output and "PosixPath" not in result.output
 
@@ -224,7 +227,7 @@ def test_flower_run_binds_sites_to_their_keys_or_says_it_does_not(tmp_path):
     supernode's key goes into its node config, where the ClientApp signs the greeting with it."""
     from fedcare.runtime.flower.certs import make_site_key
 
-    config = str(Path(__file__).parents[1] / "src/fedcare/configs/pain/sites.toml")
+    config = str(ROOT / "src/fedcare/configs/pain/sites.toml")
     runner = CliRunner()
 
     def flower_run(*extra):

@@ -1,14 +1,15 @@
 """Bad input as a hostile or careless user gives it: config values at and past their bounds,
 site names, paths. Each is refused with exit code 2 and one line on stderr, never a traceback."""
 
-from pathlib import Path
-
 import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
 
-CONFIG = str(Path(__file__).parents[1] / "configs" / "fedhealth2" / "demo.toml")
+from support import ROOT
+
+
+CONFIG = str(ROOT / "configs" / "fedhealth2" / "demo.toml")
 
 BAD_SETTINGS = [
     "train.lr=0", "train.lr=-1", "train.lr=inf", "train.lr=nan", "train.lr=1e400", "train.lr='abc'",

@@ -26,7 +26,8 @@ from fedcare.runtime.clients import LocalClients
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.vectorised import VectorisedClients
 from fedcare.studies.run import run_study
-from tiny import tiny_data, tiny_model
+
+from support.tiny import tiny_data, tiny_model
 
 
 @contextmanager
@@ -66,11 +67,11 @@ def same_run_both_ways(config, tmp_path: Path) -> list[dict]:
 
 
 def _pain(**update):
-    from test_pain_study import small_config
+    from support.pain import small_config
 
     base = small_config()
     return base.model_copy(update={"methods": ["BC", "F(C)", "FP(C)"],
-                                   "train": base.train.model_copy(update={"max_rounds": 1, "pretrain_max_rounds": 1}),
+                                   "train": base.train.model_copy(update={"rounds": 1, "pretrain_rounds": 1}),
                                    **update})
 
 
@@ -86,7 +87,7 @@ def test_dp_sgd_and_secure_aggregation_create_no_tensor_without_their_device(tmp
 
 
 def test_fedhealth2_study_and_client_dp_create_no_tensor_without_their_device(tmp_path):
-    from test_fedhealth2_study import METHODS, small_config
+    from support.fedhealth2 import METHODS, small_config
 
     base = small_config()
     one_round = {"train": base.train.model_copy(update={"rounds": 1}),
@@ -102,7 +103,7 @@ def test_fedhealth2_study_and_client_dp_create_no_tensor_without_their_device(tm
 
 @pytest.fixture(scope="module")
 def surgical_copies(tmp_path_factory) -> tuple[Path, Path]:
-    from test_surgical_study import SYNTH
+    from support.surgical import SYNTH
 
     from fedcare.data.surgical.synthetic import generate_surgical
 
@@ -112,14 +113,14 @@ def surgical_copies(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_surgical_study_creates_no_tensor_without_its_device(surgical_copies, tmp_path):
-    from test_surgical_study import ALL, tiny
+    from support.surgical import ALL, tiny
 
     records = same_run_both_ways(tiny(*surgical_copies, methods=ALL, rounds=1), tmp_path)
     assert {r["method"] for r in records if r["type"] == "client_eval"} >= {"feddyn", "feddg", "fedprox", "cent"}
 
 
 def test_facerec_study_creates_no_tensor_without_its_device(tmp_path):
-    from test_facerec import small_config
+    from support.facerec import small_config
 
     from fedcare.data.celeba.synthetic import generate_celeba
 
@@ -159,7 +160,8 @@ def test_vectorised_clients_create_no_tensor_without_their_device():
 
 def test_the_harness_fails_on_a_tensor_created_without_a_device(monkeypatch):
     """The server's average as it was before the device plumbing: its accumulator made with
-    torch's default device. Under the meta default the round fails loudly."""
+    torch's default device. Under the meta default the round's average has no data, and the
+    first number read from it fails loudly."""
     def old_aggregate(self, current, replies):
         weights, averaged = self.weights(replies), {}
         for name, old in current.tensors.items():
@@ -173,9 +175,11 @@ def test_the_harness_fails_on_a_tensor_created_without_a_device(monkeypatch):
     algorithm = fedavg(TrainSettings(lr=0.05, batch_size=8, local_epochs=1))
     federation = Federation(model, algorithm, 0, clients=LocalClients(model, algorithm.client, 0))
     monkeypatch.setattr(ServerHalf, "aggregate", old_aggregate)
-    with meta_default(), pytest.raises((RuntimeError, NotImplementedError), match="meta"):
-        federation.run_round("train", 1, data)
-        federation.evaluate(data, "binary")
+    with meta_default():
+        federation.run_round("train", 1, data)  # meta arithmetic runs: nothing is read yet
+        assert all(t.is_meta for t in federation.global_message.tensors.values())
+        with pytest.raises((RuntimeError, NotImplementedError), match="meta"):
+            federation.evaluate(data, "binary")
 
 
 def test_an_unavailable_device_is_a_config_error_naming_it(tmp_path):
@@ -183,7 +187,7 @@ def test_an_unavailable_device_is_a_config_error_naming_it(tmp_path):
         pytest.skip("this machine has CUDA")
     with pytest.raises(ValueError, match="no CUDA GPU"):
         resolve_device("cuda")
-    from test_fedhealth2_study import small_config
+    from support.fedhealth2 import small_config
 
     config = small_config()
     config = config.model_copy(update={"runtime": config.runtime.model_copy(update={"device": "cuda:1"})})
@@ -208,7 +212,7 @@ def test_what_crosses_a_boundary_is_on_the_host_and_cpu_tensors_are_not_copied()
 
 
 def test_run_json_records_device_precision_and_determinism(tmp_path):
-    from test_fedhealth2_study import small_config
+    from support.fedhealth2 import small_config
 
     base = small_config()
     config = base.model_copy(update={"methods": ["fedavg"], "train": base.train.model_copy(update={"rounds": 1})})
@@ -235,7 +239,7 @@ def test_deterministic_cuda_sets_torchs_deterministic_algorithms_and_the_cublas_
 
 def test_a_site_chooses_its_own_device_and_a_wrong_one_is_named():
     from fedcare.deployment.app import site_device
-    from test_fedhealth2_study import small_config
+    from support.fedhealth2 import small_config
 
     config = small_config()
     assert site_device(config, None) is config

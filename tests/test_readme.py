@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 
-ROOT = Path(__file__).parents[1]
+from support import ROOT
+
+
 README = ROOT / "README.md"
 DOCS = [README, ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # A wide terminal without colour, so that no option name is cut or split by markup.

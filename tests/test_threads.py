@@ -5,14 +5,16 @@ user chose a policy; `threads = "auto"` takes the cores other work leaves free."
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from fedcare.config import Runtime
 from fedcare.threads import auto_threads
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+from support import ROOT
+
+
+SRC = str(ROOT / "src")
 # what an entry point imports first: the package (any `import fedcare.x`), the console script's
 # module, the Flower App's components, the warm ClientApp launcher
 ENTRY_MODULES = ["fedcare", "fedcare.cli", "fedcare.deployment.app", "fedcare.runtime.flower.warm"]
@@ -41,7 +43,6 @@ def test_every_entry_point_sets_a_passive_wait_policy_before_torch_loads(module)
 
 def test_a_users_own_wait_policy_is_kept():
     assert _policy_seen("fedcare.cli", "ACTIVE")[0] == "ACTIVE"
-
 
 
 def test_auto_threads_are_the_cores_the_load_leaves_free():

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -17,6 +19,7 @@ from rich.markup import escape
 
 from fedcare.data.cli import data_app
 from fedcare.deployment.cli import flower_app
+from fedcare.errors import TRACEBACK_VARIABLE, UserError, tracebacks_wanted
 from fedcare.progress import progress_reporter
 from fedcare.studies import registry
 
@@ -27,6 +30,15 @@ app.add_typer(flower_app, name="flower")
 console = Console(stderr=True)
 
 
+@app.callback()
+def _options(
+    show_traceback: Annotated[bool, typer.Option("--traceback", help=f"Show the traceback of a user error too (one line "
+                                                                f"without it); the same as {TRACEBACK_VARIABLE}=1.")] = False,
+) -> None:
+    if show_traceback:  # the environment carries it to every command, and to the processes a command starts
+        os.environ[TRACEBACK_VARIABLE] = "1"
+
+
 def _fail(message: str, code: int = 2) -> None:
     """One line (or a few) on stderr, no traceback; every piece of user text escaped."""
     first, *rest = message.split("\n")
@@ -34,6 +46,13 @@ def _fail(message: str, code: int = 2) -> None:
     for line in rest:
         console.print(escape(line), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _user_error(e: UserError) -> None:
+    """A mistake the user can fix: one line, exit 2; with --traceback (FEDCARE_TRACEBACK=1), where it was raised too."""
+    if tracebacks_wanted():
+        traceback.print_exc()  # Python's own: every file and line, unwrapped, as a bug report wants them
+    _fail(str(e))
 
 
 def _os_error(e: OSError) -> str:
@@ -59,10 +78,9 @@ def _stop_on_sigterm() -> Iterator[None]:
 
 def _stopped(e: BaseException) -> None:
     """A run that ended early: why, what was kept and how to continue (the exception's note);
-    the exit code says how it ended. Bad input is one line; anything else is a bug, with its traceback."""
-    from fedcare.config import ConfigError
-    from fedcare.data.common import DataError
-    from fedcare.studies.rundir import RunDirectoryExists
+    the exit code says how it ended. What a user can fix (`fedcare.errors.UserError`) and an
+    operating-system error (a full disk) are one line, exit 2; anything else is a bug, with its
+    traceback, exit 1 (`--traceback`: user errors too)."""
     from fedcare.studies.run import Terminated, stop_note
 
     note = stop_note(e)
@@ -71,11 +89,11 @@ def _stopped(e: BaseException) -> None:
         _fail(f"interrupted (Ctrl-C)\n{note}", 130)
     if isinstance(e, Terminated):
         _fail(f"stopped (SIGTERM)\n{note}", 143)
-    if isinstance(e, (DataError, ConfigError, RunDirectoryExists, ValueError)):
-        _fail(f"{e}\n{note}".strip())
-    if isinstance(e, OSError):
-        _fail(f"{_os_error(e)}\n{note}".strip())
-    console.print_exception()
+    if isinstance(e, (UserError, OSError)):  # what the user can fix, and the machine's state (a full disk)
+        if tracebacks_wanted():
+            traceback.print_exc()  # Python's own: every file and line, unwrapped, as a bug report wants them
+        _fail(f"{e if isinstance(e, UserError) else _os_error(e)}\n{note}".strip())
+    traceback.print_exc()  # Python's own: every file and line, unwrapped, as a bug report wants them
     _fail(f"{type(e).__name__}: {e}\n{note}".strip(), 1)
 
 
@@ -88,7 +106,7 @@ def _run(config_path: Path, overrides: list[str], out: Optional[Path], keep_part
     try:  # before the training stack is imported: a mistyped path or key is reported at once
         config = load_config(config_path, overrides)
     except ConfigError as e:
-        _fail(str(e))
+        _user_error(e)
     from fedcare.studies.run import Terminated, run_study
 
     unique = out is None  # a default name that is taken gets a suffix; a chosen one is an error
@@ -112,7 +130,7 @@ def _print_summary(run_dir: Path) -> None:
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="Experiment TOML file (see configs/).")],
-    set_: Annotated[list[str], typer.Option("--set", help="Override a config key, e.g. --set train.max_rounds=3 (repeatable).")] = [],
+    set_: Annotated[list[str], typer.Option("--set", help="Override a config key, e.g. --set train.rounds=3 (repeatable).")] = [],
     out: Annotated[Optional[Path], typer.Option(help="Run directory to create (default runs/<config>-<time>). Never overwritten.")] = None,
     keep_partial: Annotated[bool, typer.Option(help="Keep <out>.partial even if the run fails before finishing anything (it is always kept when it holds finished work).")] = False,
 ) -> None:
@@ -181,8 +199,8 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by
     try:
         mark_if_crashed(run_dir)  # a partial directory whose process died without a word
         build_report(run_dir)
-    except ValueError as e:
-        _fail(str(e))
+    except UserError as e:
+        _user_error(e)
     except OSError as e:
         _fail(_os_error(e))
     _print_summary(run_dir)

@@ -22,12 +22,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedcare.errors import UserError
+
 HOST = torch.device("cpu")
 # precision -> the dtype torch.autocast computes in (fp32: no autocast)
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class DeviceUnavailable(ValueError):
+class DeviceUnavailable(UserError, ValueError):
     """The device an experiment asks for is not on this machine; the message names it."""
 
 

@@ -1,10 +1,11 @@
 """Progress of long work: a bar with an ETA on a terminal, plain lines elsewhere.
 
-Long work reports `progress(description, done, total)`. Descriptions that start with "seed"
-are the study's units (one task); any other description is its own task (generating data,
-reading frames). On a terminal a rich progress bar shows each task; when stderr is not a
-terminal (nohup, a batch scheduler's log), a plain line is printed when a task starts, at
-every 5% of it or every 30 s, and when it ends, with the elapsed time and an ETA.
+Long work reports `progress(description, done, total, task=None)`. Reports that name the same
+`task` are one piece of work, each with its own description (a study's units: `UNITS`, "seed
+5: FP(C) session 3"); without a task each description is its own (generating data, reading
+frames). On a terminal a rich progress bar shows each task; when stderr is not a terminal
+(nohup, a batch scheduler's log), a plain line is printed when a task starts, at every 5% of
+it or every 30 s, and when it ends, with the elapsed time and an ETA.
 """
 
 from __future__ import annotations
@@ -14,18 +15,24 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-Report = Callable[[str, int, int], None]
 PLAIN_EVERY_SECONDS = 30.0
 PLAIN_EVERY_FRACTION = 0.05
+UNITS = "units"  # the task of a study's units (`fedcare.studies.base.StudyProtocol.advance`)
 
 
-def task_key(description: str) -> str:
-    return "study" if description.startswith("seed") else description
+class Report(Protocol):
+    def __call__(self, description: str, done: int, total: int, task: str | None = None) -> None:
+        """`done` of `total` of the work `description` says; `task` groups reports into one piece of work."""
+
+
+def task_key(description: str, task: str | None) -> str:
+    return task or description
 
 
 def duration(seconds: float) -> str:
@@ -52,9 +59,9 @@ class PlainProgress:
         self.clock = clock
         self.tasks: dict[str, _Task] = {}
 
-    def __call__(self, description: str, done: int, total: int) -> None:
+    def __call__(self, description: str, done: int, total: int, task: str | None = None) -> None:
         now = self.clock()
-        key = task_key(description)
+        key = task_key(description, task)
         task = self.tasks.get(key)
         if task is None:  # its first report: the rate is measured from here
             task = self.tasks[key] = _Task(started=now, first_done=done)
@@ -84,8 +91,8 @@ def progress_reporter(console: Console) -> Iterator[Report]:
     )
     tasks: dict[str, int] = {}
 
-    def report(description: str, done: int, total: int) -> None:
-        key = task_key(description)
+    def report(description: str, done: int, total: int, task: str | None = None) -> None:
+        key = task_key(description, task)
         if key not in tasks:
             tasks[key] = bar.add_task(escape(description), total=total)
         bar.update(tasks[key], completed=done, total=total, description=escape(description))

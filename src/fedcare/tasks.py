@@ -13,6 +13,8 @@ travels inside `TrainSettings`; nothing is guessed from tensor dtypes or shapes.
   multiclass: softmax; multi-label: sigmoid per label) or L2-normalised embeddings.
 - ``metrics(kind, scores, loss, data)``: the metrics of one kind, computed where the data
   are (at the client); every task knows ``"loss"`` (mean loss and example count).
+- ``output_problem(outputs, y)``: why a model's outputs do not fit the task (checked on a few
+  examples before training, `fedcare.studies.checks`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Task:
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
         return outputs
 
+    def output_problem(self, outputs: torch.Tensor, y: torch.Tensor) -> str | None:
+        """Why `outputs` (a model's, for examples labelled `y`) do not fit this task; None: they do."""
+        return None
+
     def metrics(self, kind: str, scores: torch.Tensor, loss: float, data: ClientData) -> dict:
         """Metrics of `kind` on this client's data; plain Python numbers (JSON-ready)."""
         if kind == "loss":
@@ -72,6 +78,11 @@ class BinaryTask(Task):
 
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(outputs)
+
+    def output_problem(self, outputs: torch.Tensor, y: torch.Tensor) -> str | None:
+        if outputs.shape != y.shape:
+            return f"one logit per example, shaped as the labels {tuple(y.shape)}, but the outputs are {tuple(outputs.shape)}"
+        return None
 
     def metrics(self, kind: str, scores: torch.Tensor, loss: float, data: ClientData) -> dict:
         if kind == "binary":
@@ -94,6 +105,13 @@ class MulticlassTask(Task):
 
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
         return torch.softmax(outputs, dim=1)
+
+    def output_problem(self, outputs: torch.Tensor, y: torch.Tensor) -> str | None:
+        if outputs.dim() != 2 or len(outputs) != len(y):
+            return f"(examples, classes) logits for {len(y)} examples, but the outputs are {tuple(outputs.shape)}"
+        if len(y) and int(y.max()) >= outputs.shape[1]:
+            return f"{outputs.shape[1]} logits per example, but a label is {int(y.max())}"
+        return None
 
     def metrics(self, kind: str, scores: torch.Tensor, loss: float, data: ClientData) -> dict:
         if kind == "accuracy":
@@ -148,6 +166,13 @@ class MultilabelTask(Task):
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(outputs)
 
+    def output_problem(self, outputs: torch.Tensor, y: torch.Tensor) -> str | None:
+        if outputs.shape != y.shape:
+            return f"one logit per label, shaped as the labels {tuple(y.shape)}, but the outputs are {tuple(outputs.shape)}"
+        if self.labels and outputs.shape[1] != len(self.labels):
+            return f"{len(self.labels)} labels ({', '.join(self.labels)}), but {outputs.shape[1]} logits per example"
+        return None
+
     def metrics(self, kind: str, scores: torch.Tensor, loss: float, data: ClientData) -> dict:
         if kind == "multilabel":
             from fedcare.evaluation.metrics import multilabel_metrics
@@ -185,6 +210,11 @@ class EmbeddingTask(Task):
 
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
         return F.normalize(outputs, dim=1)
+
+    def output_problem(self, outputs: torch.Tensor, y: torch.Tensor) -> str | None:
+        if outputs.dim() != 2 or len(outputs) != len(y):
+            return f"(examples, dimensions) embeddings for {len(y)} examples, but the outputs are {tuple(outputs.shape)}"
+        return None
 
     def metrics(self, kind: str, scores: torch.Tensor, loss: float, data: ClientData) -> dict:
         if kind == "verification":

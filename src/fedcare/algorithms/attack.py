@@ -26,10 +26,11 @@ from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.training import ClientData, Randomness, as_float
 from fedcare.config import Attack
 from fedcare.device import device_of
+from fedcare.errors import UserError
 from fedcare.tasks import BinaryTask, MulticlassTask, MultilabelTask
 
 
-class AttackError(ValueError):
+class AttackError(UserError, ValueError):
     """An attack that cannot apply to this experiment; the message says why."""
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -32,6 +32,10 @@ DP_SKIPPED = "dp_skipped"  # a fit's reply: 1.0 when DP-SGD's budget allowed no 
 # term) are named with this prefix, so `load` knows what belongs in the model.
 EXTRA = "extra/"
 
+# What a server half's `aggregate` reads of a round's replies (`ServerHalf.needs`; the rules that
+# follow from it are in `fedcare.algorithms.capabilities`).
+Needs = Literal["mean", "sum", "each"]
+
 
 @dataclass(frozen=True)
 class PrivateFinetune:
@@ -47,10 +51,19 @@ class PrivateFinetune:
 
 
 class ClientHalf:
-    """FedAvg's client: train every layer for E epochs, send the shared tensors."""
+    """FedAvg's client: train every layer for E epochs, send the shared tensors.
+
+    What a runtime or a protection may rely on is declared (`fedcare.algorithms.capabilities`
+    reads it): a subclass that changes what the declarations say declares otherwise."""
 
     # every gradient step goes through the training loop (and its gradient hook): DP-SGD can apply
-    trains_in_loop = True
+    trains_in_loop: ClassVar[bool] = True
+    # `fit` is this class's (every parameter trained by `train_epochs` with `settings`, the reply
+    # and state from `outgoing`), so many clients' fits may run as one batched step
+    # (`fedcare.runtime.vectorised`); a half with a fit of its own declares False
+    batched_fit: ClassVar[bool] = True
+    # `evaluate` with PRIVACY_METRICS answers what the client has spent (a DP-SGD ledger)
+    reports_privacy: ClassVar[bool] = False
 
     def __init__(self, settings: TrainSettings, split: ParameterSplit = SHARE_ALL):
         self.settings = settings
@@ -86,12 +99,6 @@ class ClientHalf:
         return state
 
     # -- what a runtime may batch over clients (fedcare.runtime.vectorised) ---------------
-    def batched_fit(self) -> bool:
-        """Whether `fit` is the library's (every parameter trained by `train_epochs` with
-        `settings`, the reply and state from `outgoing`), so many clients' fits may run as one
-        batched step. A half with a fit of its own says no unless it says otherwise."""
-        return type(self).fit is ClientHalf.fit
-
     def batched_finetune(self) -> PrivateFinetune | None:
         """What `after_aggregation` does, when it is a `PrivateFinetune` (PFDL's); None: it is
         not (the default keeps the state), so a runtime runs it client by client."""
@@ -129,7 +136,9 @@ class DelegatingClient(ClientHalf):
     """Another client half (`inner`) with some of its operations changed: what a subclass does
     not override goes to `inner`, and `settings`, `split` and `trains_in_loop` are inner's, so
     a change of settings (DP-SGD's gradient hook) reaches the half that trains, through any
-    number of wrappers."""
+    number of wrappers. Its fit is not the library's to batch: a wrapper changes what it does."""
+
+    batched_fit: ClassVar[bool] = False
 
     def __init__(self, inner: ClientHalf):  # no ClientHalf.__init__: settings and split are inner's
         self.inner = inner
@@ -149,6 +158,10 @@ class DelegatingClient(ClientHalf):
     @property
     def trains_in_loop(self) -> bool:  # type: ignore[override]
         return self.inner.trains_in_loop
+
+    @property
+    def reports_privacy(self) -> bool:  # type: ignore[override]
+        return self.inner.reports_privacy
 
     def init_state(self, model: nn.Module) -> ClientState:
         return self.inner.init_state(model)
@@ -179,7 +192,24 @@ class DelegatingClient(ClientHalf):
 
 class ServerHalf:
     """Weighted average of the shared tensors, in a fixed order (sorted by client id):
-    float sums depend on order, and replies may arrive in any order."""
+    float sums depend on order, and replies may arrive in any order.
+
+    What it needs is declared, and read in one place (`fedcare.algorithms.capabilities`): a
+    subclass with a rule of its own declares what that rule reads."""
+
+    # what `aggregate` reads of a round's replies:
+    # "mean": their weighted mean is the new global message (this class's `aggregate`);
+    # "sum":  their weighted sum only (it arrives as one reply, their weighted mean, under
+    #         secure aggregation), to which a rule of its own applies (a server optimizer's step);
+    # "each": each reply by itself (FedAP's personal aggregates, FedDyn's correction, q-FedAvg's
+    #         loss weights, a robust rule, client-level DP's clipping).
+    needs: ClassVar[Needs] = "mean"
+    # a one-off exchange before training (`setup`: FedAP's statistics, FedDG's amplitudes): each
+    # client's reply reaches the server by itself
+    has_setup: ClassVar[bool] = False
+    # its `aggregate` is a step from its `inner` server's aggregate alone (a server optimizer):
+    # what replaces or noises the inner's mean (a robust rule, client-level DP) goes inside it
+    steps_from_inner: ClassVar[bool] = False
 
     def __init__(self, split: ParameterSplit = SHARE_ALL, weighting: str = "examples"):
         if weighting not in ("examples", "uniform"):
@@ -216,13 +246,34 @@ class ServerHalf:
             averaged[name] = acc.round().to(old.dtype) if not old.is_floating_point() else acc.to(old.dtype)
         return Message(averaged)
 
+    # -- what a server that draws noise or spends a budget adds (client-level DP) ------------
+    def bind_seed(self, seed: int) -> None:
+        """The run seed its random draws derive from (set by the federation); none here."""
+
+    def over_budget(self, clients: list[ClientId]) -> list[ClientId]:
+        """Of `clients`, those left out of the next round (their privacy budget is spent)."""
+        return []
+
+    def spent_per_client(self) -> dict[str, float] | None:
+        """Each client's privacy spent so far, for the round's record (None: nothing to record)."""
+        return None
+
 
 class DelegatingServer(ServerHalf):
     """Another server half (`inner`) with its aggregation changed: its split, weighting,
-    initial message, setup and per-client messages are inner's."""
+    initial message, setup and per-client messages are inner's, and so are its declarations
+    (`needs`, `has_setup`) unless a subclass declares its own."""
 
     def __init__(self, inner: ServerHalf):  # no ServerHalf.__init__: split and weighting are inner's
         self.inner = inner
+
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        return self.inner.needs
+
+    @property
+    def has_setup(self) -> bool:  # type: ignore[override]
+        return self.inner.has_setup
 
     @property
     def split(self) -> ParameterSplit:  # type: ignore[override]
@@ -243,6 +294,15 @@ class DelegatingServer(ServerHalf):
 
     def weights(self, replies: Mapping[ClientId, Message]) -> dict[ClientId, float]:
         return self.inner.weights(replies)
+
+    def bind_seed(self, seed: int) -> None:
+        self.inner.bind_seed(seed)
+
+    def over_budget(self, clients: list[ClientId]) -> list[ClientId]:
+        return self.inner.over_budget(clients)
+
+    def spent_per_client(self) -> dict[str, float] | None:
+        return self.inner.spent_per_client()
 
 
 @dataclass

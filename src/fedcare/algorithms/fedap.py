@@ -32,6 +32,7 @@ from torch import nn
 from fedcare.algorithms.base import NUM_EXAMPLES, Algorithm, ClientHalf, ClientId, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.fedbn import BATCHNORM, FEDBN_SPLIT
+from fedcare.algorithms.split import is_kind
 from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float
 from fedcare.device import device_of
 
@@ -64,7 +65,7 @@ def statistics_distance(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Ten
 
 def _observed_modules(model: nn.Module, statistics: str) -> dict[str, nn.Module]:
     if statistics == "bn":
-        return {path: m for path, m in model.named_modules() if isinstance(m, BATCHNORM)}
+        return {path: m for path, m in model.named_modules() if is_kind(m, (BATCHNORM,))}  # DP-SGD's GroupNorm too
     linears = [(path, m) for path, m in model.named_modules() if isinstance(m, nn.Linear)]
     if not linears:
         raise ValueError("d-FedAP needs a Linear classification layer")
@@ -116,6 +117,9 @@ class FedAPClient(ClientHalf):
 
 
 class FedAPServer(ServerHalf):
+    needs = "each"  # a personal aggregate per client, from the others' replies by similarity
+    has_setup = True  # each client's feature statistics
+
     def __init__(self, lam: float, weighting: str):
         super().__init__(FEDBN_SPLIT, weighting)
         if not 0 <= lam <= 1:

@@ -11,7 +11,10 @@ BatchNorm called `norm` is not.
 Local training is FedAvg's (plain SGD on every layer, BatchNorm included). The default
 weighting is uniform, as FedBN's Algorithm 1 and the FedHealth 2 authors' code
 (client_weights = 1/N); pass weighting="examples" for a size-weighted average.
-Other normalisations (GroupNorm, LayerNorm, InstanceNorm) are not BatchNorm and are shared.
+Other normalisations (GroupNorm, LayerNorm, InstanceNorm) are not BatchNorm and are shared,
+except the GroupNorm DP-SGD puts in a BatchNorm's place (`fedcare.privacy.dp_sgd.private_model`),
+which stays private as the BatchNorm it stands in for: FedBN under DP-SGD keeps private
+GroupNorm layers (statistics-free), not FedAvg's whole model.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def amplitude_mix(x: torch.Tensor, bank: torch.Tensor, p: float, generator: torc
     Only the chosen images are transformed, through the real FFT: an image's spectrum is
     Hermitian-symmetric, so its first W//2 + 1 columns carry all of it (the bank's full
     spectra are cut to match) and the mix costs under a third of a full complex FFT of the
-    whole batch (benchmarks/feddg_mix.py), with the same result to float rounding (tests/test_feddg.py)."""
+    whole batch (benchmarks/feddg_mix.py), with the same result to float rounding (tests/algorithms/test_feddg.py)."""
     if len(bank) == 0 or p <= 0:
         return x
     n, host = len(x), generator.device  # drawn on the generator's device (the CPU): the same draws on every device
@@ -60,6 +60,8 @@ def amplitude_mix(x: torch.Tensor, bank: torch.Tensor, p: float, generator: torc
 
 
 class FedDGClient(ClientHalf):
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def __init__(self, settings: TrainSettings, bank_per_client: int, p: float):
         super().__init__(settings, SHARE_ALL)
         self.bank_per_client = bank_per_client
@@ -84,6 +86,8 @@ class FedDGClient(ClientHalf):
 
 
 class FedDGServer(ServerHalf):
+    has_setup = True  # each client's amplitude spectra (its aggregation is the mean)
+
     def __init__(self, include_own: bool, weighting: str):
         super().__init__(SHARE_ALL, weighting)
         self.include_own = include_own

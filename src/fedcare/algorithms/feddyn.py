@@ -64,6 +64,8 @@ def _trainable_shared(model: nn.Module, split: ParameterSplit) -> list[str]:
 
 
 class FedDynClient(ClientHalf):
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def __init__(self, settings: TrainSettings, alpha: float = DEFAULT_ALPHA, split: ParameterSplit = SHARE_ALL):
         super().__init__(settings, split)
         if not alpha > 0:
@@ -108,6 +110,8 @@ class FedDynClient(ClientHalf):
 
 
 class FedDynServer(ServerHalf):
+    needs = "each"  # the h correction sums the replies' drifts and counts them (m)
+
     def __init__(self, alpha: float = DEFAULT_ALPHA, num_clients: int | None = None, weighting: str = "uniform",
                  split: ParameterSplit = SHARE_ALL):
         super().__init__(split, weighting)

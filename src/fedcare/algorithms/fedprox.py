@@ -67,6 +67,8 @@ def proximal_term(pairs: list[tuple[nn.Parameter, torch.Tensor]], mu: float, squ
 class FedProxClient(ClientHalf):
     """FedAvg's client with the proximal term towards the received global weights."""
 
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def __init__(self, settings: TrainSettings, mu: float = DEFAULT_MU, squared: bool = True,
                  split: ParameterSplit = SHARE_ALL):
         super().__init__(settings, split)

@@ -76,6 +76,8 @@ def train_only(model: nn.Module, split: ParameterSplit, part: str):
 
 
 class FedRepClient(ClientHalf):
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def __init__(self, settings: TrainSettings, split: ParameterSplit, head_epochs: int = 1, body_epochs: int = 1):
         super().__init__(settings, split)
         if head_epochs < 0 or body_epochs < 0:

@@ -184,6 +184,7 @@ def meta_step(
 
 
 class PerFedAvgClient(ClientHalf):
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
     trains_in_loop = False  # the meta step's gradients come from functional_call, not the loop
 
     def __init__(

@@ -33,7 +33,7 @@ How Flower 1.41 and FedLab differ from this definition
   half fixes it. Its L is `1 / client_learning_rate`. It also applies the
   update to every array, integer ones included (num_batches_tracked becomes a float and its
   L·(n_t − n_k) enters ‖Δ_k‖²). Given the same F_k, L and only floating-point tensors, its
-  aggregate equals ours (tests/test_flower_equivalence.py checks it to 1e-6).
+  aggregate equals ours (tests/algorithms/test_server_optimizers.py checks it to 1e-6).
 - **FedLab's `qFedAvgClientTrainer`** computes Δ_k and h_k on the client from `ret_loss`,
   the **sum** of the batch losses of the **last local epoch** (reset each epoch, accumulated
   while the weights move), instead of the mean loss at w^t; L is 1/lr; only
@@ -83,6 +83,8 @@ def loss_at(model: nn.Module, data: ClientData, settings: TrainSettings, batch_s
 class QFedAvgClient(ClientHalf):
     """FedAvg's client plus F_k(w^t), measured before training."""
 
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def fit(
         self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness
     ) -> tuple[Message, ClientState]:
@@ -94,6 +96,8 @@ class QFedAvgClient(ClientHalf):
 
 
 class QFedAvgServer(ServerHalf):
+    needs = "each"  # weighs each update by its client's loss at the global model
+
     def __init__(
         self,
         q: float = DEFAULT_Q,

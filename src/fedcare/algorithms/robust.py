@@ -1,7 +1,7 @@
 """Robust aggregation for the FedAvg family (`[robustness] rule`, docs/robustness.md): the
 server's weighted mean of the replies replaced by a rule that a few hostile or broken replies
 cannot drag far, as Flower 1.41's strategies (flwr.serverapp.strategy) compute them, checked
-against them in tests/test_robust.py:
+against them in tests/algorithms/test_robust.py:
 
 - "median": the coordinate-wise median of the replies (FedMedian);
 - "trimmed_mean": per coordinate, the mean after cutting the `trim_fraction` largest and
@@ -31,21 +31,21 @@ Choices written down:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import torch
 
 from fedcare.algorithms.base import Algorithm, ClientId, DelegatingServer, ServerHalf
+from fedcare.algorithms.capabilities import own_rule, with_mean_replaced
 from fedcare.algorithms.messages import Message
-from fedcare.algorithms.server_optimizers import OptimizedServer
 from fedcare.config import Robustness
+from fedcare.errors import UserError
 
 RULES = ("mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan")
 
 
-class RobustAggregationError(ValueError):
+class RobustAggregationError(UserError, ValueError):
     """A robust rule that cannot apply (to an algorithm, or to a round's number of replies)."""
 
 
@@ -91,6 +91,8 @@ def closest_to_median_mean(stack: torch.Tensor, beta: int) -> torch.Tensor:
 
 class RobustServer(DelegatingServer):
     """A plain-averaging server half (`inner`) with its mean replaced by a robust rule."""
+
+    needs = "each"  # a median, a trimmed mean, Krum's distances: each reply by itself
 
     def __init__(self, inner: ServerHalf, rule: str, *, trim_fraction: float = 0.2, byzantine: int = 0,
                  keep: int | None = None):
@@ -138,25 +140,19 @@ class RobustServer(DelegatingServer):
 
 def robust_algorithm(algorithm: Algorithm, robustness: Robustness | None) -> Algorithm:
     """`algorithm` with its server's mean replaced by `robustness.rule` ("mean": unchanged).
-    Applies to servers that take the plain weighted mean (FedAvg, FedProx, FedBN, FedPer,
-    FedRep, FedDG, PFDL, Per-FedAvg), also under a server optimizer (the surgical study's
-    AdamW: the optimizer steps towards the robust aggregate); refuses the others with the reason."""
+    Applies to servers whose rule is the weighted mean (`needs = "mean"`: FedAvg, FedProx, FedBN,
+    FedPer, FedRep, FedDG, PFDL, Per-FedAvg), also under a server optimizer (the surgical study's
+    AdamW: the optimizer steps towards the robust aggregate); refuses the others with the reason
+    (`fedcare.algorithms.capabilities`)."""
     if robustness is None or robustness.rule == "mean" or algorithm.pooled:
         return algorithm  # centralized: one participant, nothing to aggregate
-    server = algorithm.server
-    inner = server.inner if isinstance(server, OptimizedServer) else server
-    if type(inner).aggregate is not ServerHalf.aggregate:
-        raise RobustAggregationError(
-            f"robustness.rule = {robustness.rule!r}: {algorithm.name} aggregates by its own rule "
-            f"({type(inner).__name__}: FedAP's personal aggregates, FedDyn's correction, q-FedAvg's loss weights), "
-            f"not by a mean a robust rule could replace; run it without [robustness] rule, or drop it from methods")
-    robust = RobustServer(inner, robustness.rule, trim_fraction=robustness.trim_fraction,
-                          byzantine=robustness.byzantine, keep=robustness.multi_krum_keep)
-    if isinstance(server, OptimizedServer):
-        outer = copy.copy(server)  # its moments are its own from here on
-        outer.inner = robust
-        robust = outer
-    return replace(algorithm, server=robust)
+    why = own_rule(algorithm)
+    if why:
+        raise RobustAggregationError(f"robustness.rule = {robustness.rule!r}: {why} a robust rule could replace; run "
+                                     f"it without [robustness] rule, or drop it from methods")
+    return replace(algorithm, server=with_mean_replaced(algorithm.server, lambda mean: RobustServer(
+        mean, robustness.rule, trim_fraction=robustness.trim_fraction, byzantine=robustness.byzantine,
+        keep=robustness.multi_krum_keep)))
 
 
 def describe(robustness: Robustness | None) -> str | None:

@@ -84,7 +84,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from fedcare.algorithms.base import Algorithm, ClientId, DelegatingServer, ServerHalf
+from fedcare.algorithms.base import Algorithm, ClientId, DelegatingServer, Needs, ServerHalf
 from fedcare.algorithms.messages import Message
 
 # Every optimizer's hyper-parameters and defaults. Unknown names are an error.
@@ -138,6 +138,13 @@ class CosineAnneal:
 
 class OptimizedServer(DelegatingServer):
     """`inner`'s average as the target of a server optimizer step (see the module docstring)."""
+
+    steps_from_inner = True  # its step reads the inner's aggregate alone: a robust rule or client DP goes inside
+
+    @property
+    def needs(self) -> Needs:  # type: ignore[override]
+        """No longer the mean itself but a step from it: it reads what its inner reads, at least the sum."""
+        return "sum" if self.inner.needs == "mean" else self.inner.needs
 
     def __init__(self, inner: ServerHalf, optimizer: str, *, buffers: str = "average",
                  lr_factor: Callable[[int], float] | None = None, **hyper: object):

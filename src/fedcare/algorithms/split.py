@@ -8,6 +8,18 @@ import torch
 from torch import nn
 
 
+# A module put in the place of another by a protection (DP-SGD's GroupNorm for a BatchNorm,
+# `fedcare.privacy.dp_sgd.private_model`) carries the type it replaced under this attribute:
+# a split that keeps that type private keeps the replacement private (FedBN under DP-SGD keeps
+# its normalisation layers), and so does every rule that looks for the type (FedAP's statistics).
+STANDS_IN_FOR = "fedcare_stands_in_for"
+
+
+def is_kind(module: nn.Module, types: tuple[type[nn.Module], ...]) -> bool:
+    """Whether `module` is one of `types`, or stands in for one (`STANDS_IN_FOR`)."""
+    return isinstance(module, types) or issubclass(getattr(module, STANDS_IN_FOR, type(None)), types)
+
+
 def _under(path: str, prefix: str) -> bool:
     return prefix == "" or path == prefix or path.startswith(prefix + ".")
 
@@ -16,7 +28,7 @@ def _under(path: str, prefix: str) -> bool:
 class ParameterSplit:
     """A tensor is shared when its module lies under one of `shared_paths` ("" = the whole
     model), not under one of `private_paths` (a personal head, e.g. "classifier") and is not an
-    instance of `private_types` (e.g. BatchNorm for FedBN).
+    instance of `private_types` (e.g. BatchNorm for FedBN), nor stands in for one (`is_kind`).
     Parameters and buffers (BatchNorm running statistics) follow their module."""
 
     shared_paths: tuple[str, ...] = ("",)
@@ -32,7 +44,7 @@ class ParameterSplit:
 
     def is_shared(self, path: str, module: nn.Module) -> bool:
         return (
-            not isinstance(module, self.private_types)
+            not is_kind(module, self.private_types)
             and any(_under(path, p) for p in self.shared_paths)
             and not self.in_private_path(path)
         )

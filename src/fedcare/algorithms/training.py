@@ -20,6 +20,7 @@ from torch import nn
 
 from fedcare.client_data import ClientData  # here for the many modules that import it from the training loop
 from fedcare.device import autocast, device_of
+from fedcare.errors import UserError
 from fedcare.seeding import torch_generator
 from fedcare.tasks import BINARY, BatchLoss, Task
 
@@ -194,7 +195,7 @@ class _Optimisation:
         return 0.0
 
 
-class TrainingDiverged(ValueError):
+class TrainingDiverged(UserError, ValueError):
     """A training loss that is not a finite number: the run stops (what finished is kept)
     instead of reporting metrics of a model that no longer means anything."""
 

@@ -17,6 +17,7 @@ from fedcare.config.base import (
     LearningRate,
     LocalEpochs,
     ProximalMu,
+    Rounds,
     Strict,
     Train,
     listed_twice,
@@ -38,8 +39,9 @@ from fedcare.config.toml import (
 
 __all__ = [
     "Aggregation", "Attack", "BatchSize", "ClientDP", "ConfigError", "DEVICE_PATTERN", "DPSGD", "DataSource",
-    "Deployment", "Experiment", "LAST_TABLES", "LearningRate", "LocalEpochs", "MembershipAudit", "Privacy", "PrivacyAudit",
-    "ProximalMu", "RobustRule", "Robustness", "Runtime", "SITE_NAME", "SecureAggregation", "Strict", "Train",
+    "Deployment", "Experiment", "LAST_TABLES", "LearningRate", "LocalEpochs", "MembershipAudit", "Privacy",
+    "PrivacyAudit", "ProximalMu", "RobustRule", "Robustness", "Rounds", "Runtime", "SITE_NAME", "SecureAggregation",
+    "Strict", "Train",
     "apply_override", "listed_twice", "move_renamed", "parse_toml", "read_config", "site_name_problem", "to_toml",
     "validate", "validation_message",
 ]

@@ -8,8 +8,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fedcare.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 
 
@@ -29,13 +31,16 @@ class Strict(BaseModel):
 LearningRate = Annotated[float, Field(gt=0)]  # `lr`: the clients' local learning rate
 BatchSize = Annotated[int, Field(ge=2)]  # `batch_size`: examples per local step (BatchNorm needs 2)
 LocalEpochs = Annotated[int, Field(ge=1)]  # `local_epochs`: passes over a client's data per round
+# `rounds`: the rounds a federation trains (with early stopping: the most it trains); the
+# rounds of a pretraining are `pretrain_rounds`. A pooled (centralized) round is one epoch.
+Rounds = Annotated[int, Field(ge=1)]
 Aggregation = Literal["examples", "uniform"]  # `aggregation`: the server's weights, n_k / n or 1 / K
 ProximalMu = Annotated[float, Field(ge=0)]  # `mu`: FedProx's proximal weight
 
 
 class Train(Strict):
     """`[train]`: local training. Every study has `lr` and `batch_size`; the others it adds
-    with the types above (`local_epochs`, `aggregation`, `mu`) or its own."""
+    with the types above (`local_epochs`, `rounds`, `aggregation`, `mu`) or its own."""
 
     lr: LearningRate = 1e-3
     batch_size: BatchSize = 32

@@ -93,25 +93,35 @@ class Experiment(Strict):
 
 def move_renamed(raw: dict[str, Any], renamed: Mapping[str, str], source: str | None = None) -> dict[str, Any]:
     """`raw` with each old key of `renamed` that it gives moved to the new name, logging a
-    warning naming both (and `source`, the file); both given is an error."""
+    warning naming both (and `source`, the file); both given is an error. The caller's dict is
+    left as it was: each table on the way is copied, once (an old and a new name may share it)."""
     raw = dict(raw)
+    copied: set[int] = set()
+
+    def table(path: list[str]) -> dict[str, Any] | None:
+        """The table at `path`, copied (created if missing); None where a key on the way is no table."""
+        node = raw
+        for name in path:
+            child = node.get(name, {})
+            if not isinstance(child, dict):
+                return None
+            if id(child) not in copied:
+                child = node[name] = dict(child)
+                copied.add(id(child))
+            node = child
+        return node
+
     for old, new in renamed.items():
         *old_tables, old_key = old.split(".")
         *new_tables, new_key = new.split(".")
-        node, path = raw, []
-        for table in old_tables:  # copies of the tables on the way: the caller's dict is left as it was
-            if not isinstance(node.get(table), dict):
-                break
-            node[table] = dict(node[table])
-            node, path = node[table], [*path, table]
-        if path != old_tables or old_key not in node:
+        given = raw
+        for name in old_tables:
+            given = given.get(name) if isinstance(given, dict) else None
+        if not isinstance(given, dict) or old_key not in given:
             continue
-        target = raw
-        for table in new_tables:
-            if not isinstance(target.get(table, {}), dict):
-                return raw  # not a table: validation names it
-            target[table] = dict(target.get(table, {}))
-            target = target[table]
+        node, target = table(old_tables), table(new_tables)
+        if target is None:
+            return raw  # not a table: validation names it
         value = node.pop(old_key)
         if new_key in target:
             raise ValueError(f"{old} and {new} are one option ({old} is its old name): give {new} only")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
     """Apply `a.b.c=value` to the raw TOML dict; the value is read as TOML, else as a string."""
     if "=" not in assignment:
-        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. train.max_rounds=3")
+        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. train.rounds=3")
     key, text = assignment.split("=", 1)
     try:
         value = tomllib.loads(f"v = {text}")["v"]

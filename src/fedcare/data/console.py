@@ -1,10 +1,11 @@
 """What the dataset commands (`fedcare data summary ...`, `fedcare data synth ...`; each
 dataset's `commands` module) share: the consoles, the one-line error, the progress bar, and
-the printing of a summary's problems and of a PSPI histogram. Imports only typer and rich, so
-`fedcare --help` stays fast."""
+the printing of a summary's problems and of a PSPI histogram. Imports only typer, rich and
+`fedcare.errors`, so `fedcare --help` stays fast."""
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -14,6 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+
+from fedcare.errors import tracebacks_wanted
 
 PROBLEMS_SHOWN_PER_KIND = 50
 
@@ -37,6 +40,14 @@ def fail(message: str) -> NoReturn:
     """One-line error on stderr, exit code 2, no traceback."""
     stderr().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(2)
+
+
+def user_error(e: BaseException) -> NoReturn:
+    """A mistake the user can fix (a `fedcare.errors.UserError`, an output folder that exists):
+    one line, exit 2; with `fedcare --traceback` (FEDCARE_TRACEBACK=1) its traceback first."""
+    if tracebacks_wanted():
+        traceback.print_exc()  # Python's own: every file and line, unwrapped
+    fail(str(e))
 
 
 @contextmanager

@@ -8,7 +8,7 @@ on either version:
 * ``backend="opencv"``: ``cv2.CascadeClassifier`` (OpenCV 4.x only).
 * ``backend="numpy"``: a NumPy port of OpenCV 4.x's stump-based Haar evaluator and
   ``groupRectangles`` (below), on the same cascade file. On the synthetic faces and on
-  CelebA-sized test images it returns the same boxes as OpenCV 4.14 (tests/test_celeba.py
+  CelebA-sized test images it returns the same boxes as OpenCV 4.14 (tests/data/test_haar.py
   compares them when OpenCV 4 is importable).
 * ``backend="auto"`` (default): "opencv" when ``cv2.CascadeClassifier`` exists, else "numpy".
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedcare.errors import InputError
+
 __all__ = [
     "dirichlet_label_split",
     "iid_split",
@@ -27,7 +29,7 @@ def _check_clients(n: int, n_clients: int, min_size: int = 1) -> None:
     if int(n_clients) != n_clients or n_clients < 1:
         raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}")
     if n < n_clients * min_size:
-        raise ValueError(f"cannot give {n_clients} clients at least {min_size} sample(s) each from {n} samples")
+        raise InputError(f"cannot give {n_clients} clients at least {min_size} sample(s) each from {n} samples")
 
 
 def _sorted(parts: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -100,7 +102,7 @@ def _dirichlet_classic(index: np.ndarray, y: np.ndarray, n_clients: int, alpha: 
                 sizes[client] += len(chunk)
         if sizes.min() >= need:
             return _sorted([np.concatenate(p) for p in parts])
-    raise ValueError(
+    raise InputError(
         f"dirichlet_label_split: no split with every one of {n_clients} clients holding >= {need} samples "
         f"after {max_tries} draws (alpha={alpha}, {n} samples); lower min_size, raise alpha, use fewer "
         f"clients or scheme='pairs'"

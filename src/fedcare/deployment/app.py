@@ -47,6 +47,7 @@ from fedcare.runtime.preflight import Preflight, check_sites, refuse
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study
+from fedcare.studies.compose import Composed
 from fedcare.studies.load import parse_config
 from fedcare.studies.run import resume_study, run_study
 from fedcare.studies.rundir import read_run_info, read_run_records, set_threads
@@ -121,7 +122,7 @@ def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
         link.connect(clients)
         preflight = check_sites(link, study.preflight_expectations())
         refuse(preflight)  # before any training: a site without what the experiment needs stops the run here
-        return FlowerRuntime(link, study.algorithm, run_key, preflight)
+        return FlowerRuntime(link, study.composed.algorithm, run_key, preflight)
 
     if resume:
         resume_study(partial, runtime_factory=runtime)
@@ -155,12 +156,13 @@ def site_device(config: Experiment, device: object) -> Experiment:
     return config.model_copy(update={"runtime": runtime})
 
 
-_SITES: dict[tuple, tuple[Site, Study]] = {}  # opened sites, while this process lives: data are read once
+_SITES: dict[tuple, tuple[Site, Composed]] = {}  # opened sites, while this process lives: data are read once
 
 
-def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Study]:
-    """The site this node is, for the experiment it was greeted with: its data and the study
-    (which builds the model and the algorithms). Fails naming the site and the problem."""
+def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Composed]:
+    """The site this node is, for the experiment it was greeted with: its data and the study's
+    model and algorithms with the experiment's stack (`Study.composed`: what the coordinator
+    builds too). Fails naming the site and the problem."""
     if "experiment" not in greeting:
         raise SiteError("this site was not greeted with an experiment (start runs with `fedcare flower run`)")
     name = str(greeting.get("name", "experiment.toml"))
@@ -187,7 +189,7 @@ def open_site(greeting: Mapping[str, Any], context: Context) -> tuple[Site, Stud
     key = (str(greeting["experiment"]), site, str(data_dir))
     if key not in _SITES:
         try:
-            _SITES[key] = (study.open_site(site, Path(str(data_dir)), _site_cache(context)), study)
+            _SITES[key] = (study.open_site(site, Path(str(data_dir)), _site_cache(context)), study.composed)
         except DataError as e:
             raise SiteError(f"site {site!r}: {e}") from None
     return _SITES[key]

@@ -362,6 +362,7 @@ def run_command(
     """Researcher: run an experiment across the sites, wait for it, fail unless it completed
     (or, with --resume, continue an interrupted one from its last finished unit)."""
     from fedcare.config import ConfigError, to_toml
+    from fedcare.data.console import user_error
     from fedcare.deployment.app import check_experiment
     from fedcare.runtime.flower.identity import SiteKeyError, read_site_keys
     from fedcare.studies.load import load_config
@@ -378,7 +379,7 @@ def run_command(
         experiment = load_config(config, set_)
         check_experiment(experiment, str(config))
     except ConfigError as e:
-        _fail(str(e))
+        user_error(e)
     simulated = data_dir is not None or federation_config is not None
     if site_keys is not None and (simulated or unverified_sites):
         _fail("--site-keys: for sites on a SuperLink (not with --data-dir, --federation-config or --unverified-sites)")

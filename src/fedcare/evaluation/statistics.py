@@ -13,6 +13,8 @@ from typing import Any, Hashable
 import numpy as np
 from scipy.stats import rankdata
 
+from fedcare.errors import InputError
+
 Unit = Hashable  # a test subject, a session, a client, a round: whatever a table has a column for
 
 
@@ -127,9 +129,9 @@ def read_records(path: Path) -> tuple[list[dict], list[str]]:
             if i == len(lines) and not text.endswith("\n"):
                 notes.append(f"{path.name}: skipped an incomplete last line (line {i}).")
                 continue
-            raise ValueError(f"{path}: line {i} is not valid JSON ({e.msg})") from None
+            raise InputError(f"{path}: line {i} is not valid JSON ({e.msg})") from None
         if not isinstance(obj, dict):
-            raise ValueError(f"{path}: line {i} is not a JSON object")
+            raise InputError(f"{path}: line {i} is not a JSON object")
         records.append(obj)
     return records, notes
 

@@ -21,6 +21,8 @@ import torchvision
 from torch import nn
 from torch.nn import functional as F
 
+from fedcare.errors import InputError
+
 EMBEDDING = 512
 HEAD_WEIGHT = "head.weight"
 BINARY_WEIGHT = "binary_head.weight"  # FedFR's private binary (SphereFace2-style) head
@@ -76,7 +78,7 @@ class FaceResNet(nn.Module):
                 self.backbone.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
             except (OSError, RuntimeError, KeyError, pickle.UnpicklingError) as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise ValueError(f"{weights}: not a ResNet-18 state dict ({first})") from None
+                raise InputError(f"{weights}: not a ResNet-18 state dict ({first})") from None
         out_of_place(self.backbone)
         self.embedding = nn.Linear(1000, EMBEDDING)
         self.head = ArcFaceHead(classes)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from fedcare.errors import InputError
+
 KERNEL = 9
 
 
@@ -29,7 +31,7 @@ class HarCNN(nn.Module):
         super().__init__()
         length = har_flat_length(window)
         if length < 1:
-            raise ValueError(f"window must be at least {2 * (2 * (KERNEL - 1) + 2) - (KERNEL - 1)} samples, got {window}")
+            raise InputError(f"window must be at least {2 * (2 * (KERNEL - 1) + 2) - (KERNEL - 1)} samples, got {window}")
         self.window = window
         self.features = nn.Sequential(
             nn.Conv1d(in_channels, 16, KERNEL), nn.BatchNorm1d(16), nn.ReLU(), nn.MaxPool1d(2, 2),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fedcare.errors import InputError
+
 # Keras BatchNormalization defaults (momentum 0.99, epsilon 1e-3), the thesis's framework.
 _BN = dict(eps=1e-3, momentum=0.01)
 
@@ -28,7 +30,7 @@ class PainCNN(nn.Module):
     def __init__(self, image_size: int = 215):
         super().__init__()
         if image_size < 16:
-            raise ValueError(f"image_size must be at least 16 pixels, got {image_size}")
+            raise InputError(f"image_size must be at least 16 pixels, got {image_size}")
         self.image_size = image_size
         self.features = nn.Sequential(
             _conv_block(1, 32), _conv_block(32, 64), _conv_block(64, 128), nn.MaxPool2d(2)

@@ -142,7 +142,7 @@ class CanaryClient(DelegatingClient):
     def evaluate(self, model, message, state, data, metrics, rng=None):
         if metrics != PRIVACY_METRICS:
             return self.inner.evaluate(model, message, state, data, metrics, rng)
-        report = self.inner.evaluate(model, message, state, data, metrics, rng) if _reports(self.inner) else {}
+        report = self.inner.evaluate(model, message, state, data, metrics, rng) if self.inner.reports_privacy else {}
         if ORIGIN not in state:  # never trained: nothing to score
             return report
         canaries = self._canaries(model, rng)
@@ -179,13 +179,6 @@ class CanaryClient(DelegatingClient):
                 hook.canaries = None
             else:
                 self.settings = settings
-
-
-def _reports(client: ClientHalf) -> bool:
-    """Whether a half in `client`'s chain keeps a privacy ledger it reports (DP-SGD)."""
-    while client is not None and not getattr(type(client), "reports_privacy", False):
-        client = getattr(client, "inner", None)
-    return client is not None
 
 
 class CanaryAudit:

@@ -41,7 +41,7 @@ class ClientMembershipAudit:
     """`run(federation, ...)` after a federation's last round."""
 
     def __init__(self, protocol, options: MembershipAudit):
-        if getattr(protocol.runtime, "sites", None) is None:
+        if protocol.runtime.sites is None:
             raise ConfigError("privacy.audit runs in this process only (it needs every client's model and data "
                               "in one place); remove [privacy.audit] to run across sites")
         self.protocol, self.options = protocol, options

@@ -1,6 +1,6 @@
 """Client-level DP at the server (DP-FedAvg: McMahan et al. 2018; adaptive clipping: Andrew
 et al. 2021), as Flower 1.41's DifferentialPrivacyServerSideFixedClipping and
-...AdaptiveClipping do it, checked against them in tests/test_privacy_client_dp.py.
+...AdaptiveClipping do it, checked against them in tests/privacy/test_client_dp.py.
 
 Each reply's update (its shared floating-point tensors minus the current global ones) is
 clipped to the clipping norm C (one L2 norm over all tensors); the clipped replies are
@@ -12,21 +12,23 @@ Algorithm 1: b_i = 1 when ||Delta_i|| <= C, C <- C * exp(-eta (b_bar - gamma))):
 the target fraction fit under C, C grows; when more do, it shrinks.
 
 Choices written down:
-- Only a server half whose aggregation is the plain weighted average can be wrapped: noise
-  must go onto the average, not after a server optimizer (FedAdam, AdamW) or a personalised
-  aggregation (FedAP, FedDyn, q-FedAvg); the others are refused with the reason.
+- Only a server half whose rule is the weighted mean (`needs = "mean"`) is wrapped: the noise
+  goes onto the mean. Under a server optimizer (FedAdam, AdamW) the wrapper goes inside it, on
+  the mean the optimizer steps from: the step is post-processing of the noised mean, so the
+  guarantee holds. A personalised aggregation (FedAP, FedDyn, q-FedAvg) is refused with the
+  reason (`fedcare.privacy.private_algorithm`, `fedcare.algorithms.capabilities`).
 - Adaptive: Flower updates C before adding the round's noise, so the noise is scaled by the
   next round's norm; here the noise uses the norm the updates were clipped to (the one the
   sensitivity is), and C moves afterwards.
 - Adaptive, the count: Flower 1.41 counts the *clipped* replies and applies the paper's update
   to that fraction, which moves C away from its target (all clipped: C shrinks further). Here
   the paper's count of unclipped replies is used; docs/privacy.md gives a reproduction of
-  Flower's behaviour. Fixed clipping equals Flower's (tests/test_privacy_client_dp.py).
+  Flower's behaviour. Fixed clipping equals Flower's (tests/privacy/test_client_dp.py).
 - Integer tensors (BatchNorm's counter) carry no gradient: they are averaged, never clipped or
   noised (Flower fixed its client-level DP touching them in 1.45, flwr #8381).
 - The one-run audit (`[privacy.audit] canary_clients`): canary clients' updates join the
   clipped ones before the noise (`fedcare.privacy.canary_clients`); each round's scalars carry
-  its epsilon-hat, the paper's estimate and the soundness check.
+  its epsilon-hat, the paper's estimate and the p-value the soundness check tests.
 - Accounting: the Gaussian mechanism composed over rounds with Opacus's RDP accountant at
   sampling rate 1 (no amplification, as Flower's accounting requires): conservative when a
   round samples a fraction of the clients. The ledger is never rolled back by snapshots.
@@ -44,7 +46,7 @@ from collections.abc import Mapping
 
 import torch
 
-from fedcare.algorithms.base import NUM_EXAMPLES, ClientId, ServerHalf
+from fedcare.algorithms.base import NUM_EXAMPLES, ClientId, DelegatingServer, ServerHalf
 from fedcare.algorithms.messages import Message
 from fedcare.config import ClientDP
 from fedcare.privacy.canary_clients import CanaryClients
@@ -94,20 +96,19 @@ def calibrated_noise(config: ClientDP) -> float:
                                       steps=config.budget_rounds, accountant="rdp"))
 
 
-class ClientDPServer(ServerHalf):
-    """Any plain-averaging server half with client-level DP on its aggregation."""
+class ClientDPServer(DelegatingServer):
+    """A server half whose rule is the weighted mean (`inner`), with client-level DP on it."""
+
+    needs = "each"  # each update is clipped here
 
     def __init__(self, inner: ServerHalf, config: ClientDP, algorithm: str, canary_clients: int = 0,
                  confidence: float = 0.95):
-        if type(inner).aggregate is not ServerHalf.aggregate:
-            raise PrivacyError(f"privacy.client_dp: {algorithm} aggregates with its own rule "
-                               f"({type(inner).__name__}), so noise on the plain average would not protect what it "
-                               f"releases; client-level DP applies to plain-averaging algorithms (FedAvg, FedProx, "
-                               f"FedBN, FedPer, FedRep, FedDG, PFDL)")
+        if inner.needs != "mean":  # `fedcare.privacy.private_algorithm` refuses it first, saying why
+            raise ValueError(f"ClientDPServer noises a mean; {algorithm}'s {type(inner).__name__} needs {inner.needs!r}")
         if config.target_epsilon is not None:  # the budget fixes the noise before the first round
             config = config.model_copy(update={"noise_multiplier": calibrated_noise(config)})
-        self.inner, self.config = inner, config
-        self.split, self.weighting = inner.split, inner.weighting
+        super().__init__(inner)
+        self.config = config
         self.clipping_norm = config.clipping_norm
         self.seed = 0
         self.ledger = Ledger()
@@ -118,15 +119,6 @@ class ClientDPServer(ServerHalf):
     def bind_seed(self, seed: int) -> None:
         """The run seed the noise derives from (set by the federation)."""
         self.seed = seed
-
-    def initial_message(self, model):
-        return self.inner.initial_message(model)
-
-    def setup(self, replies):
-        return self.inner.setup(replies)
-
-    def message_for(self, client, message):
-        return self.inner.message_for(client, message)
 
     def over_budget(self, clients: list[ClientId]) -> list[ClientId]:
         """The clients whose taking part in one more release would cross target_epsilon."""

@@ -48,9 +48,12 @@ from torch import nn
 from fedcare.algorithms.base import (
     DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, PRIVACY_METRICS, TRAIN_LOSS, ClientHalf, DelegatingClient,
 )
+from fedcare.algorithms.fedbn import BATCHNORM
 from fedcare.algorithms.messages import ClientState, Message
+from fedcare.algorithms.split import STANDS_IN_FOR
 from fedcare.algorithms.training import ClientData, Randomness
 from fedcare.config import DPSGD
+from fedcare.errors import UserError
 from fedcare.runtime.clients import PRIVACY_LEDGER
 
 LEDGER = PRIVACY_LEDGER + "dp_sgd"  # rows (noise multiplier, sample rate, steps)
@@ -58,17 +61,23 @@ SIGMA = PRIVACY_LEDGER + "dp_sgd_sigma"  # the calibrated noise multiplier (targ
 
 
 
-class PrivacyError(ValueError):
+class PrivacyError(UserError, ValueError):
     """A protection that cannot apply to this model or algorithm; the message says why."""
 
 
 def private_model(model: nn.Module, config: DPSGD) -> nn.Module:
     """The model with every BatchNorm replaced by GroupNorm (Opacus's ModuleValidator), or an
-    error naming the layers when `batchnorm = "refuse"` (or another layer Opacus cannot handle)."""
+    error naming the layers when `batchnorm = "refuse"` (or another layer Opacus cannot handle).
+    Each GroupNorm says which BatchNorm it stands in for (`split.STANDS_IN_FOR`), so a split that
+    keeps BatchNorm private (FedBN, FedAP) keeps it private too, rather than sharing it."""
     from opacus.validators import ModuleValidator
 
     if config.batchnorm == "groupnorm":
+        replaced = {path: type(m) for path, m in model.named_modules() if isinstance(m, BATCHNORM)}
         model = ModuleValidator.fix(model)
+        modules = dict(model.named_modules())
+        for path, kind in replaced.items():
+            setattr(modules[path], STANDS_IN_FOR, kind)
     problems = ModuleValidator.validate(model, strict=False)
     if problems:
         raise PrivacyError("privacy.dp_sgd: the model has layers without per-example gradients: "
@@ -167,7 +176,7 @@ class PoissonBatches:
 
     def epoch(self, n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
         """Opacus's UniformWithReplacementSampler's draws (the same batches from the same
-        generator, tests/test_privacy_budget.py), on the generator's device: torch's default
+        generator, tests/privacy/test_dp_sgd_budget.py), on the generator's device: torch's default
         device is not assumed."""
         q = self.rate(n, batch_size)
         for _ in range(self.steps_per_epoch(n, batch_size)):

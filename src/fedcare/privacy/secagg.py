@@ -52,6 +52,7 @@ from flwr.common.secure_aggregation.crypto.shamir import combine_shares, create_
 
 from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, TRAIN_LOSS, ClientId, DelegatingClient
 from fedcare.algorithms.messages import ClientState, Message
+from fedcare.errors import UserError
 
 MOD_BITS, SCALE_BITS = 62, 24  # sums of int64 values below 2^62 never overflow
 MOD = 1 << MOD_BITS
@@ -63,7 +64,7 @@ WIRE = "secagg/"  # message entries of the protocol (in the fit message, besides
 SECRET = "extra/secagg/"  # the client's secrets for the current round, in its private state
 
 
-class SecAggError(ValueError):
+class SecAggError(UserError, ValueError):
     """A round that cannot be unmasked (fewer clients left than the threshold), or a message
     the protocol does not accept."""
 

@@ -7,9 +7,9 @@ snapshot, restore. Two runtimes carry them out with the same per-client code (`C
 - `LocalClients`, in this process: every client's state in memory, one working model;
 - `fedcare.runtime.flower.FlowerClients`: each operation travels to the client's site.
 
-A data reference (`DataRef`) is whatever the runtime turns into a client's data: the
-`ClientData` itself in process, or a key such as "session/2" that a site resolves on its own
-data (the server never holds a site's data).
+An operation's data (`Data`) is a `fedcare.runtime.refs.DataRef` naming some of the client's
+data, which its site resolves on its own data (the server never holds a site's data), or, in
+process only, the `ClientData` itself (pooled data, a pretraining split).
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from torch import nn
 from fedcare.algorithms.base import ClientHalf, ClientId
 from fedcare.algorithms.messages import ClientState, Message, clone_state
 from fedcare.algorithms.training import ClientData, Randomness
+from fedcare.runtime.refs import DataRef
 
-DataRef = Any  # ClientData (the data itself), or a key string that a site resolves
+Data = Union[DataRef, ClientData]  # what an operation's data is: a reference, or (in process) the data
 DataResolver = Callable[[ClientId, DataRef], ClientData]
 PRIVACY_LEDGER = "extra/privacy/"  # client-state entries that account for privacy spent (fedcare.privacy)
-Work = Mapping[ClientId, tuple[Message, DataRef]]  # per client: the message it receives, the data to use
+Work = Mapping[ClientId, tuple[Message, Data]]  # per client: the message it receives, the data to use
 
 
 # ------------------------------------------------------------------------------ operations
@@ -38,7 +39,7 @@ class Fit:
     phase: str
     round: int
     message: Message
-    data: DataRef
+    data: Data
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,14 @@ class AfterAggregation:
     phase: str
     round: int
     message: Message
-    data: DataRef
+    data: Data
 
 
 @dataclass(frozen=True)
 class Setup:
     phase: str
     message: Message
-    data: DataRef
+    data: Data
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class ReceiveSetup:
 @dataclass(frozen=True)
 class Evaluate:
     message: Message
-    data: DataRef
+    data: Data
     metrics: str  # which metrics the client computes on its data: a kind its task knows (`fedcare.tasks`)
 
 
@@ -161,7 +162,7 @@ class Clients(Protocol):
 
     def restore(self) -> None: ...
 
-    def pooled(self, refs: Mapping[ClientId, DataRef]) -> ClientData: ...
+    def pooled(self, refs: Mapping[ClientId, Data]) -> ClientData: ...
 
 
 class LocalClients:
@@ -187,10 +188,10 @@ class LocalClients:
     def states(self) -> dict[ClientId, ClientState]:
         return {c: r.state for c, r in self.runners.items()}
 
-    def data(self, client: ClientId, ref: DataRef) -> ClientData:
+    def data(self, client: ClientId, ref: Data) -> ClientData:
         return ref if isinstance(ref, ClientData) else self.resolve(client, ref)
 
-    def pooled(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
+    def pooled(self, refs: Mapping[ClientId, Data]) -> ClientData:
         """Every client's data in one (centralized training): possible only in process."""
         return ClientData.concat(self.data(c, refs[c]) for c in sorted(refs))
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, PRIVACY_METRICS, TRAIN_LOSS, Algorithm, ClientId
 from fedcare.algorithms.messages import ClientState, Message
-from fedcare.runtime.clients import Clients, DataRef, LocalClients
+from fedcare.runtime.clients import Clients, Data, LocalClients
 from fedcare.seeding import numpy_rng
 
 POOLED = "pooled"
@@ -32,8 +32,8 @@ class Federation:
     stopping. Its clients (`clients`) run in this process by default (`LocalClients`), or at
     their sites on Flower (`fedcare.runtime.flower.FlowerClients`): the same code either way.
 
-    `train`, `val` and `data` arguments map each client to a data reference (see
-    `fedcare.runtime.clients`): the data itself for in-process clients."""
+    `train`, `val` and `data` arguments map each client to its data: a reference its site
+    resolves (`fedcare.runtime.refs.DataRef`), or the data itself for in-process clients."""
 
     def __init__(self, model: nn.Module, algorithm: Algorithm, seed: int, *, client_fraction: float = 1.0,
                  clients: Clients | None = None):
@@ -44,8 +44,7 @@ class Federation:
         self.seed = seed
         self.client_fraction = client_fraction
         self.server = algorithm.server  # its state (optimizer moments, FedAP weights) is snapshotted too
-        if hasattr(self.server, "bind_seed"):  # a server half that draws noise (client-level DP)
-            self.server.bind_seed(seed)
+        self.server.bind_seed(seed)  # a server half that draws noise (client-level DP)
         self.global_message = self.server.initial_message(model)
         # called after every aggregation with (global message before, replies, global message after):
         # statistics of the updates the server sees (e.g. the surgical thesis's CosSim, GradDiff)
@@ -77,20 +76,20 @@ class Federation:
     def message_for(self, client: ClientId) -> Message:
         return self.server.message_for(client, self.global_message)
 
-    def work(self, data: Mapping[ClientId, DataRef]) -> dict[ClientId, tuple[Message, DataRef]]:
+    def work(self, data: Mapping[ClientId, Data]) -> dict[ClientId, tuple[Message, Data]]:
         return {cid: (self.message_for(cid), data[cid]) for cid in sorted(data)}
 
-    def run_setup(self, phase: str, data: Mapping[ClientId, DataRef]) -> None:
+    def run_setup(self, phase: str, data: Mapping[ClientId, Data]) -> None:
         """The algorithm's one-off setup exchange (a round 0), for the clients holding `data`."""
         replies = self.clients.setup(phase, self.work(data))
         answers = self.server.setup(replies) if replies else None
         if answers:
             self.clients.receive_setup(answers)
 
-    def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, DataRef]) -> dict:
+    def run_round(self, phase: str, rnd: int, train: Mapping[ClientId, Data]) -> dict:
         participants = self.sample(phase, rnd, list(train))
         # client-level DP with a budget: a client whose next round would cross it takes no part
-        over_budget = self.server.over_budget(participants) if hasattr(self.server, "over_budget") else []
+        over_budget = self.server.over_budget(participants)
         participants = [c for c in participants if c not in over_budget]
         work = self.work({c: train[c] for c in participants})
         secure = self.algorithm.secure
@@ -131,8 +130,9 @@ class Federation:
                 info.update(self.algorithm.auditor(self.seed, spent))
         if skipped or over_budget:  # out of privacy budget: these clients did not train this round
             info["skipped"] = sorted(str(c) for c in [*skipped, *over_budget])
-        if hasattr(self.server, "spent_per_client"):  # client-level DP: each client's epsilon so far
-            info["client_dp_epsilon_clients"] = self.server.spent_per_client()
+        client_dp = self.server.spent_per_client()
+        if client_dp is not None:  # client-level DP: each client's epsilon so far
+            info["client_dp_epsilon_clients"] = client_dp
         for key, value in self.global_message.scalars.items():
             if key.startswith("client_dp_"):  # client-level DP: epsilon so far, the clipping norm
                 info[key] = value
@@ -140,24 +140,21 @@ class Federation:
 
     @property
     def reports_privacy(self) -> bool:
-        """Whether a client half in the algorithm's chain of wrappers reports on its privacy (a
-        DP-SGD ledger, the one-run audit's canary scores)."""
-        client = self.algorithm.client
-        while client is not None and not getattr(type(client), "reports_privacy", False):
-            client = getattr(client, "inner", None)
-        return client is not None
+        """Whether the algorithm's client half reports on its privacy (a DP-SGD ledger, the one-run
+        audit's canary scores; declared, through its wrappers)."""
+        return self.algorithm.client.reports_privacy
 
-    def privacy_spent(self, data: Mapping[ClientId, DataRef]) -> dict[ClientId, dict]:
+    def privacy_spent(self, data: Mapping[ClientId, Data]) -> dict[ClientId, dict]:
         """Per client under DP-SGD: the epsilon it has spent over the whole run (every fit and
         fine-tuning), its steps and noise multiplier, asked of the client (it holds the ledger);
         with the one-run audit, its canaries' scores."""
         return self.clients.evaluate(self.work(data), PRIVACY_METRICS)
 
-    def evaluate(self, data: Mapping[ClientId, DataRef], metrics: str) -> dict[ClientId, dict]:
+    def evaluate(self, data: Mapping[ClientId, Data], metrics: str) -> dict[ClientId, dict]:
         """Each client's personal model on its own data; the client computes `metrics` itself."""
         return self.clients.evaluate(self.work(data), metrics)
 
-    def validation_loss(self, val: Mapping[ClientId, DataRef]) -> tuple[float, int]:
+    def validation_loss(self, val: Mapping[ClientId, Data]) -> tuple[float, int]:
         """Example-weighted mean validation loss over the clients that hold validation data."""
         total, n = 0.0, 0
         for cid, m in sorted(self.evaluate(val, "loss").items()):
@@ -193,8 +190,8 @@ class Federation:
     def train_phase(
         self,
         phase: str,
-        train: Mapping[ClientId, DataRef],
-        val: Mapping[ClientId, DataRef],
+        train: Mapping[ClientId, Data],
+        val: Mapping[ClientId, Data],
         *,
         max_rounds: int,
         patience: int,

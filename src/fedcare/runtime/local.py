@@ -16,6 +16,7 @@ from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.training import ClientData
 from fedcare.runtime.clients import LocalClients
 from fedcare.runtime.federation import Federation
+from fedcare.runtime.refs import DataRef
 from fedcare.runtime.sites import Site
 
 
@@ -39,9 +40,12 @@ class LocalRuntime:
         clients = LocalClients(model, algo.client, seed, resolve=lambda c, ref: self.sites[c].data(ref))
         return Federation(model, algo, seed, client_fraction=client_fraction, clients=clients)
 
-    def pool(self, refs: Mapping[ClientId, str]) -> ClientData:
+    def pool(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
         """The clients' data that `refs` name, in one (sorted client order): pooled steps only."""
         return ClientData.concat(self.sites[c].data(refs[c]) for c in sorted(refs))
+
+    def start_facts(self) -> dict:
+        return {}
 
     def facts(self) -> dict:
         return {}

@@ -29,10 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedcare.errors import UserError
+
 DEFAULT_MIN_COUNT = 5  # counts below this leave a site as "<5"
 
 
-class PreflightError(RuntimeError):
+class PreflightError(UserError, RuntimeError):
     """The sites do not hold what the experiment needs; the message names each site and problem."""
 
 

@@ -75,7 +75,7 @@ class VectorisedClients(LocalClients):
         super().__init__(model, half, seed, resolve)
         self.chunk = chunk
         self.why_not = vectorisable(half.settings, model)  # None: batched
-        if self.why_not is None and not half.batched_fit():
+        if self.why_not is None and not half.batched_fit:
             self.why_not = f"{type(half).__name__} trains by its own fit"
         self.finetune = half.batched_finetune()  # None: after_aggregation runs client by client
         # the head fine-tuned on features computed once (None: the whole model, frozen blocks run every batch)

@@ -5,7 +5,9 @@ A study is one folder under `studies/` (or anywhere, see `fedcare.studies.regist
 - a config model (a subclass of `fedcare.config.Experiment`),
 - its data wiring: `local_runtime` reads (or generates) the data in this process and gives
   every client a `Site`; `open_site` reads one client's data at a site (Flower),
-- its model and algorithms by name (`new_model`, `algorithm`: both runtimes use them),
+- its model and algorithms by name (`new_model`, `algorithm`, plain: both runtimes build them
+  through `composed`, which puts the experiment's attack, robust rule, privacy and precision
+  around them: `fedcare.studies.compose`),
 - its protocol (a `StudyProtocol`: what runs between loading the data and the report),
 - its report (`build_report`, `summary_markdown`, from a run directory alone),
 
@@ -20,23 +22,25 @@ import functools
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-import torch
 from torch import nn
 
 from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.training import ClientData, TrainingDiverged
 from fedcare.config import ConfigError, Experiment
 from fedcare.device import Compute, DeviceUnavailable
+from fedcare.progress import UNITS
+from fedcare.runtime.clients import Data
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.preflight import Expectations
+from fedcare.runtime.refs import DataRef
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.studies.checkpoint import Checkpoint, NoCheckpoint
+from fedcare.studies.compose import Composed
 from fedcare.studies.rundir import Progress
 
 # write(record): one JSON object appended to metrics.jsonl
@@ -44,23 +48,29 @@ Records = Callable[[dict], None]
 
 
 class StudyRuntime(Protocol):
-    """What a protocol sees of its clients, in process (`LocalRuntime`) or at their sites
-    (`fedcare.runtime.flower.FlowerRuntime`)."""
+    """What a protocol (and the run sequence) sees of its clients, in process (`LocalRuntime`)
+    or at their sites (`fedcare.runtime.flower.FlowerRuntime`)."""
 
     synthetic: bool
     local_data: Any  # the study's in-process data for pooled steps; None at sites
+    sites: Mapping[ClientId, Site] | None  # every client's site, in this process; None across sites
 
     def summaries(self) -> Mapping[ClientId, dict]: ...
 
     def federation(self, model: nn.Module, algorithm: str, seed: int, client_fraction: float = 1.0,
                    label: Mapping[str, Any] | None = None) -> Federation: ...
 
-    def pool(self, refs: Mapping[ClientId, str]) -> ClientData:
+    def pool(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
         """The clients' data that `refs` name, in one (in this process only)."""
 
-    def facts(self) -> dict: ...
+    def start_facts(self) -> dict:
+        """What run.json says from the start (a run across sites: that it is one)."""
 
-    def notes(self) -> list[str]: ...
+    def facts(self) -> dict:
+        """What run.json says at the end (a run across sites: the sites, what each missed)."""
+
+    def notes(self) -> list[str]:
+        """What the report's notes say about the runtime (synthetic data, sites that missed rounds)."""
 
 
 class Study(ABC):
@@ -86,23 +96,24 @@ class Study(ABC):
         except DeviceUnavailable as e:
             raise ConfigError(f"runtime.device: {e}") from None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every study's model and algorithms go through the privacy layer (`[privacy]`), so a
-        protection applies to any study, in both runtimes, without the study knowing of it."""
-        super().__init_subclass__(**kwargs)
-        if "new_model" in cls.__dict__:
-            cls.new_model = _with_private_model(cls.__dict__["new_model"])
-        if "algorithm" in cls.__dict__:
-            cls.algorithm = _with_private_algorithm(cls.__dict__["algorithm"])
-
-    # -- model and algorithms: a `fedcare.runtime.sites.Builder` ---------------------------
+    # -- model and algorithms ----------------------------------------------------------
     @abstractmethod
     def new_model(self) -> nn.Module:
-        """A model of the study's architecture (at a site its weights come from the server)."""
+        """A model of the study's architecture (at a site its weights come from the server),
+        plain: runtimes and protocols build it through `composed`."""
 
     @abstractmethod
     def algorithm(self, name: str) -> Algorithm:
-        """The algorithm the protocol calls `name`, configured from the experiment."""
+        """The algorithm the protocol calls `name`, configured from the experiment, plain:
+        runtimes build it through `composed`."""
+
+    @functools.cached_property
+    def composed(self) -> Composed:
+        """The study's model and algorithms with the experiment's stack (attack, robust rule,
+        privacy, precision) around them, built in one place (`fedcare.studies.compose`): what a
+        runtime builds from (`LocalRuntime(sites, self.composed.algorithm, ...)`) and what a
+        protocol makes its models with (`self.study.composed.new_model()`)."""
+        return Composed(self)
 
     # -- data --------------------------------------------------------------------------
     @abstractmethod
@@ -155,16 +166,16 @@ class Study(ABC):
 
     def algorithm_names(self) -> list[str]:
         """The algorithms the experiment's methods use, by the names `algorithm` takes (the
-        methods themselves by default). Built once before any data are read, so a protection
-        that cannot cover one (`[privacy]`) stops the run up front."""
+        methods themselves by default). Each is built, with its stack, before any data are
+        read and again before the first unit (`fedcare.studies.checks`): a method the study
+        cannot build, or a protection that cannot cover it, stops the run up front."""
         return list(self.config.methods)
 
-    def check_privacy(self) -> None:
-        """Raise `fedcare.privacy.PrivacyError` for an algorithm `[privacy]` cannot cover, and
-        `fedcare.algorithms.robust.RobustAggregationError` for one `[robustness]` cannot."""
-        if self.config.privacy is not None or self.config.robustness is not None:
-            for name in self.algorithm_names():
-                self.algorithm(name)
+    def sample_ref(self) -> str | None:
+        """A reference every site resolves to some of its training data: before the first unit
+        the model runs on a few of those examples, and its output must fit the task
+        (`fedcare.studies.checks`). None: no such check."""
+        return None
 
     # -- protocol ----------------------------------------------------------------------
     def protocol(self, runtime: StudyRuntime, write: Records, progress: Progress | None,
@@ -191,37 +202,6 @@ class Study(ABC):
         return importlib.import_module(cls.report_module).summary_markdown(run_dir)
 
 
-def _with_private_model(new_model: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-    @functools.wraps(new_model)
-    def wrapped(self: Study, *args: Any, **kwargs: Any) -> nn.Module:  # a study's own arguments (facerec: classes)
-        from fedcare.privacy import private_model
-
-        with torch.device("cpu"):  # built on the host, then moved: the same initial weights on every device
-            model = private_model(new_model(self, *args, **kwargs), self.config.privacy)
-        return self.compute.place(model)
-
-    return wrapped
-
-
-def _with_private_algorithm(algorithm: Callable[[Study, str], Algorithm]) -> Callable[[Study, str], Algorithm]:
-    @functools.wraps(algorithm)
-    def wrapped(self: Study, name: str) -> Algorithm:
-        from fedcare.algorithms.attack import attacking_algorithm
-        from fedcare.algorithms.robust import robust_algorithm
-        from fedcare.privacy import private_algorithm
-
-        robustness = self.config.robustness  # its attackers poison inside the protections (before secure aggregation's masks)
-        algo = algorithm(self, name)
-        if robustness is not None:
-            algo = robust_algorithm(attacking_algorithm(algo, robustness.attack), robustness)
-        algo = private_algorithm(algo, self.config.privacy)
-        if self.compute.precision != algo.client.settings.precision:  # reaches the half that trains (DelegatingClient)
-            algo.client.settings = replace(algo.client.settings, precision=self.compute.precision)
-        return algo
-
-    return wrapped
-
-
 class StudyProtocol(ABC):
     """What runs between loading the data and writing the report: the server's side of the
     study. It sees only `runtime` (its clients' summaries, federations) and writes records
@@ -238,7 +218,7 @@ class StudyProtocol(ABC):
         self.config = study.config
         self.runtime = runtime
         self.write = write
-        self.progress = progress or (lambda *_: None)
+        self.progress = progress or (lambda *_, **__: None)
         self.checkpoint = checkpoint or NoCheckpoint()
         self.units_total = 0
         self.units_done = self.checkpoint.units_done
@@ -268,8 +248,9 @@ class StudyProtocol(ABC):
         self.advance(description)
 
     def advance(self, description: str) -> None:
+        """One more unit done; `description` says which (e.g. "seed 5: FP(C) session 3")."""
         self.units_done += 1
-        self.progress(description, self.units_done, self.units_total)
+        self.progress(description, self.units_done, self.units_total, task=UNITS)
 
     def record(self, kind: str, **fields: Any) -> None:
         self.write({"type": kind, "study": self.study.name, **fields})
@@ -287,7 +268,7 @@ class StudyProtocol(ABC):
                 if not self.finished(*key):
                     self.finish_unit(f"seed {seed}: {method} stopped (training diverged)", *key, federation=None)
 
-    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, str], metrics: str, *, method: str,
+    def evaluate_clients(self, federation: Federation, refs: Mapping[ClientId, Data], metrics: str, *, method: str,
                          seed: int, **point: Any) -> dict[ClientId, dict]:
         """Each client's own model on the data `refs` names, its `metrics` computed at the
         client; one "client_eval" record per client: method, seed, the point (e.g.

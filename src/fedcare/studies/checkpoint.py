@@ -19,15 +19,16 @@ import io
 import pickle
 import re
 import zipfile
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fedcare.device import to_host
+from fedcare.errors import InputError
 from fedcare.files import atomic_write_bytes
-from fedcare.studies.rundir import RESUME_STATE_FILE, RecordsWriter, log, update_run_info
+from fedcare.studies.rundir import RESUME_STATE_FILE, RecordsWriter
 
 CHECKPOINT_FILE = RESUME_STATE_FILE
 
@@ -82,9 +83,15 @@ class NoCheckpoint:
 
 
 class Checkpoint:
-    def __init__(self, run_dir: Path, records: RecordsWriter, saved: dict | None = None):
+    """The finished units of a run in `run_dir` and the state after the last one. `on_commit(key,
+    units done, units total)` hears of each unit once it is durable (the run's bookkeeping:
+    `fedcare.studies.run_record.RunRecord.unit_finished`)."""
+
+    def __init__(self, run_dir: Path, records: RecordsWriter, saved: dict | None,
+                 on_commit: Callable[[tuple, int, int], None]):
         self.run_dir = Path(run_dir)
         self.records = records
+        self.on_commit = on_commit
         saved = saved or {}
         self.finished_units: list[tuple] = [unit_key(k) for k in saved.get("units", [])]
         self._done = set(self.finished_units)
@@ -105,14 +112,14 @@ class Checkpoint:
                 saved = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             named = re.search(r"GLOBAL ([\w.]+)", str(e))
-            raise ValueError(f"{path}: refused: it names {named.group(1) if named else 'something'}, not tensors or "
+            raise InputError(f"{path}: refused: it names {named.group(1) if named else 'something'}, not tensors or "
                              "fedcare's own state (loading it could run code); a checkpoint fedcare wrote never "
                              "does") from None
         except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, KeyError) as e:
-            raise ValueError(f"{path}: damaged, cannot be read ({_first_line(e)}); the run cannot be resumed "
+            raise InputError(f"{path}: damaged, cannot be read ({_first_line(e)}); the run cannot be resumed "
                              "from it") from None
         if not isinstance(saved, dict) or not isinstance(saved.get("units", []), list):
-            raise ValueError(f"{path}: not a fedcare checkpoint")
+            raise InputError(f"{path}: not a fedcare checkpoint")
         return saved
 
     def finished(self, *key: Hashable) -> bool:
@@ -144,5 +151,4 @@ class Checkpoint:
         atomic_write_bytes(self.run_dir / CHECKPOINT_FILE, buffer.getvalue(), private=True)
         self.finished_units, self._state = units, new_state
         self._done.add(unit_key(key))
-        update_run_info(self.run_dir, progress={"units_done": self.units_done, "units_total": self.units_total})
-        log(self.run_dir, f"finished {'/'.join(map(str, key))} ({self.units_done} of {self.units_total} units)")
+        self.on_commit(unit_key(key), self.units_done, self.units_total)

@@ -17,6 +17,8 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
+from fedcare.errors import UserError
+
 if TYPE_CHECKING:
     from fedcare.config import Experiment
     from fedcare.studies.base import Study
@@ -33,7 +35,7 @@ BUILT_IN = {
 ENVIRONMENT = "FEDCARE_STUDIES"
 
 
-class UnknownStudy(ValueError):
+class UnknownStudy(UserError, ValueError):
     """A study name that is not registered (the message lists the registered ones)."""
 
 

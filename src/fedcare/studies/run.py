@@ -5,40 +5,29 @@ report.
 the thread count, open metrics.jsonl, give the study's protocol its runtime (every client in
 this process, or a runtime whose clients are sites on Flower), write run.json (at the start,
 with whether the data are synthetic, and as units finish), run the protocol, build the
-report, and rename the directory to `<out>`. A failure or an interruption keeps the partial
-directory when it holds finished work, and the exception (re-raised as it was) carries a
-note saying what was kept and how to continue (`stop_note`); `resume_study(partial)`
-continues it from its last finished unit.
+report, and rename the directory to `<out>`. What run.json and run.log say along the way is
+the run's bookkeeping (`fedcare.studies.run_record.RunRecord`). A failure or an interruption
+keeps the partial directory when it holds finished work, and the exception (re-raised as it
+was) carries a note saying what was kept and how to continue (`stop_note`);
+`resume_study(partial)` continues it from its last finished unit.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
 
-from fedcare import __version__
-from fedcare.compute import compute_facts, describe, same_arithmetic
-from fedcare.config import ConfigError, Experiment, to_toml
+from fedcare.config import ConfigError, Experiment
+from fedcare.errors import InputError
 from fedcare.files import atomic_write_text
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
 from fedcare.studies.checkpoint import Checkpoint
+from fedcare.studies.checks import check_before_training, check_methods
 from fedcare.studies.load import load_config
-from fedcare.studies.rundir import (
-    METRICS_FILE,
-    Progress,
-    RecordsWriter,
-    RunDirectory,
-    log,
-    now,
-    read_run_info,
-    read_run_records,
-    set_threads,
-    update_run_info,
-)
+from fedcare.studies.run_record import RunRecord, config_digest
+from fedcare.studies.rundir import METRICS_FILE, Progress, RecordsWriter, RunDirectory, read_run_info, set_threads
 
 # (the study bound to its experiment, the records writer) -> the runtime whose clients are the sites
 RuntimeFactory = Callable[[Study, Records], StudyRuntime]
@@ -80,7 +69,7 @@ def resume_study(partial: Path, *, progress: Progress | None = None,
         raise
     if (info.get("runtime") == "flower") != (runtime_factory is not None):
         run.release()
-        raise ValueError(f"{run.partial}: a run across sites continues across them: fedcare flower run --resume "
+        raise InputError(f"{run.partial}: a run across sites continues across them: fedcare flower run --resume "
                          f"{run.partial} --federation NAME" if runtime_factory is None else
                          f"{run.partial}: a run in one process continues there: fedcare resume {run.partial}")
     return _run(run, config, config_file=str(info.get("config_file", "")), progress=progress, keep_partial=True,
@@ -90,129 +79,51 @@ def resume_study(partial: Path, *, progress: Progress | None = None,
 def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: Progress | None, keep_partial: bool,
          runtime_factory: RuntimeFactory | None, saved: dict | None) -> Path:
     study = registry.study_for(config)
-    partial = run.partial
-    records = None
-    checkpoint = None
+    record = RunRecord(run, study, resumed=saved is not None)
+    records = checkpoint = None
     try:
-        resumed = saved is not None
         set_threads(config)
         study.compute.apply()  # an unavailable device stops the run here (a ConfigError naming runtime.device)
-        compute = {**compute_facts(), **study.compute.facts()}
-        if resumed:
-            info = read_run_info(partial)[0]
-            started = info.get("started", now())
-            _check_same_experiment(partial, info)
-        else:
-            atomic_write_text(partial / "config.toml", to_toml(config))
-            started = now()
-            update_run_info(partial, config_sha256=config_digest(partial))
-        log(partial, f"{'resumed' if resumed else 'started'} {study.name} run {run.out.name} (pid {_pid()})")
-        records = RecordsWriter(partial / METRICS_FILE, truncate_to=(saved or {}).get("offset", 0) if resumed else None)
-        update_run_info(partial, run_dir=run.out.name, study=study.name, title=config.title, config_file=config_file,
-                        seeds=config.seeds, methods=config.methods, started=started, status="running")
-        # the arithmetic the run began on, and each resume on other arithmetic since (for the notes)
-        begun, changes = (info.get("compute"), list(info.get("compute_changes", []))) if resumed else (compute, [])
-        if not resumed:
-            update_run_info(partial, compute=compute)
-        elif isinstance(begun, dict) and not same_arithmetic(begun, compute):
-            done = (info.get("progress") or {}).get("units_done", 0)
-            log(partial, f"resumed after {done} units on other arithmetic: {describe(compute)} "
-                         f"(begun on {describe(begun)})")
-            changes.append({"after_units": done, "compute": compute})
-            update_run_info(partial, compute_changes=changes)
-        versions = list(info.get("version_changes", [])) if resumed else []
-        if resumed and info.get("fedcare_version") not in (None, __version__):
-            done = (info.get("progress") or {}).get("units_done", 0)
-            log(partial, f"resumed after {done} units under fedcare {__version__} (begun under {info['fedcare_version']})")
-            versions.append({"after_units": done, "fedcare_version": __version__})
-            update_run_info(partial, version_changes=versions)
-        study.check_privacy()
-        runtime = study.local_runtime(partial, progress) if runtime_factory is None else runtime_factory(study, records.write)
+        if record.resumed:
+            _check_same_experiment(run.partial, record.before)
+        record.begin(config_file)
+        offset = saved.get("offset", 0) if record.resumed else None  # a resume drops what an unfinished unit wrote
+        records = RecordsWriter(run.partial / METRICS_FILE, truncate_to=offset)
+        check_methods(study)  # before any data are read: every method builds, with its stack
+        runtime = (study.local_runtime(run.partial, progress) if runtime_factory is None
+                   else runtime_factory(study, records.write))
         _check_robustness(study, runtime)
-        if hasattr(runtime, "start_facts"):  # a run across sites: said from the start (a resume goes across them too)
-            update_run_info(partial, **runtime.start_facts())
-        checkpoint = Checkpoint(partial, records, saved)
+        check_before_training(study, runtime)  # the methods again, the runtime's wiring, the model's outputs
+        record.runtime_ready(runtime)
+        checkpoint = Checkpoint(run.partial, records, saved, on_commit=record.unit_finished)
         protocol = study.protocol(runtime, records.write, progress, checkpoint)
-        if checkpoint is not None:
-            checkpoint.units_total = protocol.units_total
-        update_run_info(partial, synthetic=runtime.synthetic,
-                        progress={"units_done": protocol.units_done, "units_total": protocol.units_total})
+        checkpoint.units_total = protocol.units_total
+        record.planned(runtime, protocol)
         t0 = time.perf_counter()
         protocol.run()
         seconds = time.perf_counter() - t0
         records.sync()
-        _record_audit_verdict(partial)
-        update_run_info(partial, **protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
-                        notes=runtime.notes() + protocol.notes() + _diverged_notes(partial)
-                        + _compute_notes(begun, changes)
-                        + _version_notes(info.get("fedcare_version") if resumed else None, versions)
-                        + _reproducibility_notes(study) + _robustness_notes(study),
-                        status="finished",
-                        progress={"units_done": protocol.units_done, "units_total": protocol.units_total},
-                        **runtime.facts())
-        build_report(partial)
-        log(partial, "finished")
+        record.finish(runtime, protocol, seconds)
+        build_report(run.partial)
+        record.log("finished")
         records.close()
         return run.finish()
     except BaseException as e:
         if records is not None:
             records.close()
-        e.add_note(_stopped(run, e, keep_partial, checkpoint))
+        e.add_note(_stopped(run, record, e, keep_partial, checkpoint))
         raise
 
 
-def _record_audit_verdict(run_dir: Path) -> None:
-    """run.json's `privacy_audit` when the run had a one-run audit: whether every epsilon-hat is
-    within the accountant's epsilon; a contradiction is logged, never quiet."""
-    from fedcare.privacy.report import audit_verdict
-
-    verdict = audit_verdict(read_run_records(run_dir)[0])
-    if verdict is not None:
-        update_run_info(run_dir, privacy_audit=verdict)
-        if not verdict["sound"]:
-            log(run_dir, "PRIVACY AUDIT CONTRADICTS THE ACCOUNTANT: " + "; ".join(verdict["unsound"]))
-
-
-def _diverged_notes(run_dir: Path) -> list[str]:
-    """The report's note for each method whose training stopped on a loss that was not a number."""
-    records, _ = read_run_records(run_dir)
-    notes = []
-    for r in records:
-        if r.get("type") == "diverged":
-            which = f"{r['method']} (seed {r['seed']}" + (f", {r['model']}'s model" if r.get("model") else "") + ")"
-            notes.append(f"{which} stopped: {r['reason']}. Its rows cover only what it finished before; the other "
-                         "methods ran on.")
-    return notes
-
-
-def _check_robustness(study: Study, runtime: Any) -> None:
+def _check_robustness(study: Study, runtime: StudyRuntime) -> None:
     """`[robustness]` against the clients the runtime holds (in process: every site; across
     sites: the study's list): attackers that are no client, too few clients for the rule."""
     from fedcare.algorithms.robust import clients_problem
 
-    clients = list(getattr(runtime, "sites", None) or study.clients())
+    clients = list(runtime.sites or study.clients())
     problem = clients_problem(study.config.robustness, clients) if clients else None
     if problem:
         raise ConfigError(problem)
-
-
-def _robustness_notes(study: Study) -> list[str]:
-    from fedcare.algorithms.robust import describe as describe_robustness
-
-    note = describe_robustness(study.config.robustness)
-    return [note] if note else []
-
-
-def _compute_notes(begun: dict | None, changes: list[dict]) -> list[str]:
-    """The report's notes on a run resumed on other arithmetic than it began with (`begun`)."""
-    return [f"Resumed after {c.get('after_units', '?')} finished units on other arithmetic ({describe(c['compute'])}; "
-            f"begun on {describe(begun)}): the records after that may differ from an uninterrupted run's by float "
-            f"rounding." for c in changes if isinstance(begun, dict)]
-
-
-def config_digest(run_dir: Path) -> str:
-    """SHA-256 of a run's config.toml, as written when it started."""
-    return hashlib.sha256((Path(run_dir) / "config.toml").read_bytes()).hexdigest()
 
 
 def _check_same_experiment(partial: Path, info: dict) -> None:
@@ -220,29 +131,12 @@ def _check_same_experiment(partial: Path, info: dict) -> None:
     (its records would mix two experiments under one config)."""
     began = info.get("config_sha256")
     if began is not None and config_digest(partial) != began:
-        raise ValueError(f"{partial / 'config.toml'}: changed since the run started; a resume continues the "
+        raise InputError(f"{partial / 'config.toml'}: changed since the run started; a resume continues the "
                          "experiment it began (restore the file, or start a new run with `fedcare run`)")
 
 
-def _version_notes(began: str | None, versions: list[dict]) -> list[str]:
-    """The report's notes on a run resumed under another fedcare version than it began with."""
-    return [f"Resumed after {v.get('after_units', '?')} finished units under fedcare {v['fedcare_version']} (begun "
-            f"under {began}): the records after that come from that version's code." for v in versions if began]
-
-
-def _reproducibility_notes(study: Study) -> list[str]:
-    """The report's note when a rerun of this run may not give the same numbers bit for bit."""
-    why = study.compute.reproducible()
-    return [f"Not bit-reproducible: {why}."] if why else []
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
-
-
-def _stopped(run: RunDirectory, error: BaseException, keep_partial: bool, checkpoint: Checkpoint | None) -> str:
+def _stopped(run: RunDirectory, record: RunRecord, error: BaseException, keep_partial: bool,
+             checkpoint: Checkpoint | None) -> str:
     """Keep the partial directory if it holds finished work (or asked to), else remove it;
     returns the note saying which, and how to continue."""
     interrupted = isinstance(error, (KeyboardInterrupt, Terminated))
@@ -250,11 +144,7 @@ def _stopped(run: RunDirectory, error: BaseException, keep_partial: bool, checkp
     done = checkpoint.units_done if checkpoint is not None else 0
     total = checkpoint.units_total if checkpoint is not None else 0
     if done or keep_partial:
-        try:
-            log(run.partial, f"stopped: {why}")
-            update_run_info(run.partial, status="interrupted" if interrupted else "failed", error=why)
-        except OSError:
-            pass  # e.g. the disk is full: what is on it stays
+        record.stopped(why, interrupted)
         run.release()
         what = f"{done} of {total} units finished" if total else "nothing finished"
         flower = read_run_info(run.partial)[0].get("runtime") == "flower"
@@ -271,7 +161,7 @@ def study_of_run(run_dir: Path) -> tuple[type[Study], dict, list[str]]:
     try:
         study = registry.get(name)
     except registry.UnknownStudy as e:
-        raise ValueError(f"{Path(run_dir) / 'run.json'}: {e}") from None
+        raise InputError(f"{Path(run_dir) / 'run.json'}: {e}") from None
     return study, run_info, notes
 
 

@@ -21,7 +21,6 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -29,7 +28,9 @@ from typing import IO, Any
 import torch
 
 from fedcare import __version__
+from fedcare.errors import InputError, UserError
 from fedcare.files import atomic_write_text
+from fedcare.progress import Report
 from fedcare.runfiles import (  # noqa: F401 (the file names and readers, imported from here by the studies)
     LOG_FILE,
     METRICS_FILE,
@@ -44,11 +45,11 @@ LOCK_FILE = ".lock"  # held by the process running in a partial directory
 RESUME_STATE_FILE = "checkpoint.pt"  # what `fedcare resume` continues from (fedcare.studies.checkpoint)
 PARTIAL = ".partial"
 
-# progress(task description, units done, units total)
-Progress = Callable[[str, int, int], None]
+# progress(description, done, total, task=None): `fedcare.progress.Report`
+Progress = Report
 
 
-class RunDirectoryExists(FileExistsError):
+class RunDirectoryExists(UserError, FileExistsError):
     """The run directory (or its partial directory) is taken; the message says by what."""
 
 
@@ -239,7 +240,7 @@ class RecordsWriter:
         if truncate_to is not None and self.path.exists():
             size = self.path.stat().st_size
             if size < truncate_to:
-                raise ValueError(f"{self.path}: {size} bytes, but its checkpoint needs {truncate_to}: the records "
+                raise InputError(f"{self.path}: {size} bytes, but its checkpoint needs {truncate_to}: the records "
                                  f"were cut short; this run cannot be resumed")
             os.truncate(self.path, truncate_to)  # drop what an unfinished unit wrote
         self._handle: IO[str] = self.path.open("a")

@@ -12,7 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from fedcare.data.console import fail, print_heading, print_problems, progress_bar, stdout
+from fedcare.data.console import print_heading, print_problems, progress_bar, stdout, user_error
+from fedcare.errors import UserError
 
 
 
@@ -64,9 +65,8 @@ def summary_celeba(
     import numpy as np
 
     from fedcare.data.celeba.faces import FaceCropper
-    from fedcare.data.celeba.reader import CelebaLayoutError, load_celeba
+    from fedcare.data.celeba.reader import load_celeba
     from fedcare.data.celeba.summary import summarize
-    from fedcare.data.common import DataError
 
     try:
         ds = load_celeba(path, strict=False)
@@ -78,10 +78,8 @@ def summary_celeba(
             cropper = FaceCropper(cache_dir=cache_dir, workers=workers)
             with progress_bar("detecting faces") as update:
                 faces = cropper.faces(ds, people, strict=False, progress=update)
-    except CelebaLayoutError as e:
-        fail(str(e))
-    except (DataError, ValueError) as e:
-        fail(str(e))
+    except UserError as e:
+        user_error(e)
     summary = summarize(ds, faces)
     summary["attribute_filters"] = _filter_counts(ds, faces.rows if faces is not None else None)
     if json_:
@@ -150,8 +148,8 @@ def synth_celeba(
         with progress_bar("drawing synthetic faces") as update:
             result = generate_celeba(out, seed=seed, identities=identities, images_per_identity=images_per_identity,
                                      overwrite=overwrite, workers=workers, progress=update)
-    except (FileExistsError, ValueError) as e:
-        fail(str(e))
+    except (FileExistsError, UserError) as e:
+        user_error(e)
     console = stdout()
     console.print(f"[bold]synthetic CelebA[/] written to {escape(result['root'])}", soft_wrap=True)
     splits = result["splits"]

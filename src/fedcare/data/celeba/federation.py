@@ -41,6 +41,7 @@ from fedcare.data.celeba.identity_partition import (
     lognormal_partition,
     selection_order,
 )
+from fedcare.errors import InputError
 
 __all__ = ["PARTITIONS", "ClientFaces", "FaceSplit", "FederatedFaces", "federated_celeba"]
 
@@ -124,7 +125,7 @@ def federated_celeba(
     "attribute". Raises DataError (naming the file) for a bad copy, ValueError for bad options
     or too few usable identities."""
     if partition not in PARTITIONS:
-        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
+        raise InputError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
     ds = load_celeba(root)
     cropper = FaceCropper(cache_dir=cache_dir, params=params, workers=workers)
     if partition == "attribute":

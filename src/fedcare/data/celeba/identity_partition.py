@@ -60,6 +60,7 @@ import numpy as np
 
 from fedcare.data.celeba.reader import ATTRIBUTES
 from fedcare.data.common import DataError
+from fedcare.errors import InputError
 
 __all__ = [
     "ATTRIBUTE_CLIENTS_FILE", "N_CLIENTS", "N_IDENTITIES", "SPLIT_FRACTIONS", "TABLE_4_2", "UNSEEN_CLIENTS",
@@ -230,7 +231,7 @@ def select_identities(identities: np.ndarray, n_identities: int, seed: int, *, m
     pool = np.unique(identities) if candidates is None else np.asarray(candidates, np.int64)
     chosen = [p for p in selection_order(pool, seed).tolist() if counts.get(p, 0) >= min_faces][:n_identities]
     if len(chosen) < n_identities:
-        raise ValueError(f"only {len(chosen)} identities have >= {min_faces} face images; {n_identities} were asked "
+        raise InputError(f"only {len(chosen)} identities have >= {min_faces} face images; {n_identities} were asked "
                          f"for (use fewer identities or a lower min_faces)")
     return np.array(chosen, np.int64)
 
@@ -239,7 +240,7 @@ def lognormal_counts(n_identities: int, n_clients: int, seed: int, *, mu: float 
                      sigma: float = LOGNORMAL_SIGMA, min_identities: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(identities per client, the draws S) of the lognormal partition (see the module docstring)."""
     if n_identities < n_clients * min_identities:
-        raise ValueError(f"{n_identities} identities cannot give {n_clients} clients {min_identities} each")
+        raise InputError(f"{n_identities} identities cannot give {n_clients} clients {min_identities} each")
     s = np.random.default_rng([_check_seed(seed), _SIZES]).lognormal(mu, sigma, size=n_clients)
     counts = largest_remainder(n_identities, s)
     for k in range(n_clients):

@@ -71,6 +71,7 @@ from fedcare.data.celeba.reader import ATTRIBUTES
 from fedcare.data.common import SYNTHETIC_MARKER
 from fedcare.data.synthetic import face
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
+from fedcare.errors import InputError
 
 __all__ = ["HEIGHT", "VISUAL_ATTRIBUTES", "WIDTH", "SynthFace", "draw_face", "generate_celeba", "identity_traits"]
 
@@ -401,7 +402,7 @@ def _draw(identity: int, k: int, seed: int, traits: dict, base: dict,
     if overrides:
         unknown = sorted(set(overrides) - set(ATTRIBUTES))
         if unknown:
-            raise ValueError(f"unknown CelebA attribute(s) {unknown}")
+            raise InputError(f"unknown CelebA attribute(s) {unknown}")
         a.update({key: bool(val) for key, val in overrides.items()})
     sess = face.session_conditions(rng, _RENDER)
     # photos are better exposed than the pain videos (blur kept: it helps the detector)
@@ -550,7 +551,7 @@ def generate_celeba(
     for name, value, least in (("seed", seed, 0), ("identities", identities, 1),
                                ("images_per_identity", images_per_identity, 2)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+            raise InputError(f"{name} must be an integer >= {least}, got {value!r}")
     seed, identities, images_per_identity = int(seed), int(identities), int(images_per_identity)
     check_output_dir(out, overwrite)
     counts, split, numbers = _plan(seed, identities, images_per_identity)

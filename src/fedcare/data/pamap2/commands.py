@@ -12,7 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from fedcare.data.console import fail, print_heading, progress_bar, stdout
+from fedcare.data.console import print_heading, progress_bar, stdout, user_error
+from fedcare.errors import UserError
 
 SAMPLE_RATE_HZ = 100  # PAMAP2's IMU rate: a row is 10 ms
 
@@ -41,14 +42,13 @@ def summary_pamap2(
     Reads every Protocol/subjectNNN.dat and prints, per subject, its rows and the rows of each
     of the 10 activities the FedHealth 2 paper uses. Exit code 2 when PATH is not a PAMAP2
     copy or a file is malformed (the message names the file and line)."""
-    from fedcare.data.common import DataError
     from fedcare.data.pamap2.reader import load_pamap2
 
     try:
         with progress_bar("reading recordings") as update:
             ds = load_pamap2(path, progress=update)
-    except (DataError, ValueError) as e:
-        fail(str(e))
+    except UserError as e:
+        user_error(e)
     summary = summarize(ds)
     if json_:
         typer.echo(json.dumps(summary, indent=2))
@@ -86,8 +86,8 @@ def synth_pamap2(
         with progress_bar("writing synthetic recordings") as update:
             result = generate_pamap2(out, seed=seed, subjects=subjects, seconds_per_activity=seconds_per_activity,
                                      overwrite=overwrite, progress=update)
-    except (FileExistsError, ValueError) as e:
-        fail(str(e))
+    except (FileExistsError, UserError) as e:
+        user_error(e)
     console = stdout()
     console.print(f"[bold]synthetic PAMAP2[/] written to {escape(result['root'])}", soft_wrap=True)
     console.print(f"{result['files']} subjects, {result['rows']} rows", soft_wrap=True)

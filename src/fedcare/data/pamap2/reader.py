@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
+from fedcare.errors import InputError
 
 __all__ = [
     "ACTIVITY_NAMES",
@@ -306,7 +307,7 @@ def load_pamap2(
         raise Pamap2LayoutError(f"{root / 'Protocol'}: no subjectNNN.dat files ({_LAYOUT_HINT})")
     wanted = sorted(protocol) if subjects is None else sorted({int(s) for s in subjects})
     if not wanted:
-        raise ValueError("subjects is empty: give at least one subject id (e.g. 101)")
+        raise InputError("subjects is empty: give at least one subject id (e.g. 101)")
     missing = [s for s in wanted if s not in protocol]
     if missing:
         raise Pamap2LayoutError(
@@ -445,7 +446,7 @@ def load_pamap2_windows(
     activities = tuple(int(a) for a in activities)
     unknown = [a for a in activities if a not in ACTIVITY_NAMES or a == 0]
     if unknown or len(set(activities)) != len(activities) or not activities:
-        raise ValueError(f"activities must be distinct PAMAP2 activity ids other than 0, got {activities}")
+        raise InputError(f"activities must be distinct PAMAP2 activity ids other than 0, got {activities}")
     ds = load_pamap2(path, subjects=subjects, include_optional=include_optional, progress=progress)
     lookup = np.full(max(ACTIVITY_NAMES) + 1, -1, np.int64)
     lookup[list(activities)] = np.arange(len(activities))

@@ -37,6 +37,7 @@ from fedcare.data.pamap2.reader import (
 )
 from fedcare.data.synthetic.output import atomic_directory
 from fedcare.data.common import SYNTHETIC_MARKER
+from fedcare.errors import InputError
 
 G = 9.81
 RATE = 100
@@ -191,11 +192,11 @@ def _format(table: np.ndarray) -> str:
 def _subject_ids(subjects: int | Iterable[int]) -> list[int]:
     if isinstance(subjects, int):
         if not 1 <= subjects <= 99:
-            raise ValueError(f"subjects must be between 1 and 99 (ids 101..), got {subjects}")
+            raise InputError(f"subjects must be between 1 and 99 (ids 101..), got {subjects}")
         return list(range(101, 101 + subjects))
     ids = sorted({int(s) for s in subjects})
     if not ids or any(not 100 <= s <= 999 for s in ids):
-        raise ValueError(f"subject ids must be 3-digit numbers like 101, got {ids}")
+        raise InputError(f"subject ids must be 3-digit numbers like 101, got {ids}")
     return ids
 
 
@@ -214,9 +215,9 @@ def generate_pamap2(
     "dataset", "subjects", "files", "rows", "rows_per_activity", "seed"}. Raises
     FileExistsError naming `out` if it exists and is not empty (unless `overwrite`)."""
     if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
     if not seconds_per_activity > 0:
-        raise ValueError(f"seconds_per_activity must be > 0, got {seconds_per_activity!r}")
+        raise InputError(f"seconds_per_activity must be > 0, got {seconds_per_activity!r}")
     ids = _subject_ids(subjects)
     out = Path(out)
     rows_per_activity = {ACTIVITY_NAMES[a]: 0 for a in (0, *PAPER_ACTIVITIES)}

@@ -59,6 +59,7 @@ from fedcare.data.video import (
     VideoDecodeError,
     default_cache_dir,
 )
+from fedcare.errors import InputError
 
 __all__ = [
     "BORDER_CLASSES",
@@ -256,9 +257,9 @@ def thesis_clients(
     strict, workers, progress: as in the loaders (progress counts the videos of both).
     """
     if cholec80 is None and heichole is None:
-        raise ValueError("thesis_clients needs a Cholec80 copy, a HeiChole copy or both")
+        raise InputError("thesis_clients needs a Cholec80 copy, a HeiChole copy or both")
     if cholec80_split not in SPLITS:
-        raise ValueError(f"unknown Cholec80 split {cholec80_split!r} (known: {', '.join(SPLITS)})")
+        raise InputError(f"unknown Cholec80 split {cholec80_split!r} (known: {', '.join(SPLITS)})")
     cache = cache if cache is not None else FrameCache()
     videos: dict[str, dict[str, list[SurgicalVideo]]] = {}
     unassigned: list[SurgicalVideo] = []

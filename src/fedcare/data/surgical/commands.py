@@ -12,7 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from fedcare.data.console import fail, print_heading, print_problems, progress_bar, wide_stdout
+from fedcare.data.console import print_heading, print_problems, progress_bar, user_error, wide_stdout
+from fedcare.errors import UserError
 
 
 
@@ -29,7 +30,6 @@ _SHORT_TOOLS = {"Coagulation Instrument": "Coag.", "Suction-Irrigation": "Suctio
 
 def _surgical_summary(dataset: str, path: Path, json_: bool, cache_dir: Optional[Path], intermediate: float,
                       large: float, tolerance: int, workers: Optional[int], **options: Any) -> None:
-    from fedcare.data.common import DataError
     from fedcare.data.surgical.clients import BorderThresholds, FrameCache, summarize, thesis_clients
 
     try:
@@ -49,8 +49,8 @@ def _surgical_summary(dataset: str, path: Path, json_: bool, cache_dir: Optional
                                    strict=False, workers=workers, progress=update)
                 clients = thesis_clients(None, ds, cache=cache, seed=options["seed"],
                                          heichole_test=options["test_videos"])
-    except (DataError, ValueError, OSError) as e:
-        fail(str(e))
+    except (UserError, OSError) as e:
+        user_error(e)
     summary = summarize(ds, clients)
     if json_:
         typer.echo(json.dumps(summary, indent=2))
@@ -192,8 +192,8 @@ def synth_surgical(
             result = generate_surgical(out, seed=seed, videos=videos, heichole_videos=heichole_videos, seconds=seconds,
                                        heichole_seconds=heichole_seconds, width=width, height=height,
                                        split_seed=split_seed, overwrite=overwrite, progress=update)
-    except (FileExistsError, ValueError, RuntimeError) as e:
-        fail(str(e))
+    except (FileExistsError, UserError) as e:
+        user_error(e)
     console = wide_stdout()
     console.print(f"[bold]synthetic surgical videos[/] written to {escape(result['root'])}", soft_wrap=True)
     console.print(f"{result['videos']} videos, {result['frames']} video frames, in {result['seconds_taken']:.1f} s",

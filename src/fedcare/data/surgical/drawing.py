@@ -16,11 +16,16 @@ import numpy as np
 from fedcare.data.surgical.timeline import (BAG, CLIENT_CENTRE, CLIPPER, COAG, GRASPER, N_TOOLS, PROFILES, SCISSORS,
                                             STAPLER, SUCTION, VideoPlan, plan_rng)
 from fedcare.data.video import decoder_id
+from fedcare.errors import UserError
 
 
 FOURCC = "mp4v"
 
 
+
+
+class EncoderUnavailable(UserError, RuntimeError):
+    """This machine's OpenCV cannot write the generator's mp4 files; the message names the codec."""
 
 def _smooth_noise(shape: tuple[int, int], scale: float, rng: np.random.Generator) -> np.ndarray:
     h, w = shape
@@ -436,7 +441,7 @@ def render_video(plan: VideoPlan, path: Path, width: int, height: int, seed: int
 
     writer = cv2.VideoWriter(os.fspath(path), cv2.VideoWriter_fourcc(*FOURCC), float(plan.fps), (width, height))
     if not writer.isOpened():
-        raise RuntimeError(f"{path}: this OpenCV build cannot write '{FOURCC}' mp4 files "
+        raise EncoderUnavailable(f"{path}: this OpenCV build cannot write '{FOURCC}' mp4 files "
                            f"({decoder_id()['backend']} backend)")
     n = plan.frames
     # per frame: tip visible (8: 6 slots with coag split into hook/bipolar at 6/7... see below)

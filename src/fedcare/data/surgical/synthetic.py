@@ -88,6 +88,7 @@ from fedcare.data.surgical.timeline import (BAG, CLIPPER, COAG, GRASPER, HEICHOL
                                             STAPLER, SUCTION, VideoPlan, default_heichole_seconds, plan_videos)
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 from fedcare.data.video import decoder_id
+from fedcare.errors import InputError
 
 __all__ = ["GENERATOR", "PHASES", "default_heichole_seconds", "generate_surgical", "plan_videos"]
 
@@ -167,7 +168,7 @@ def _write_heichole(root: Path, plan: VideoPlan, seen: np.ndarray) -> dict[str, 
 def _check_int(name: str, value, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (high is not None and value > high):
         bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be a whole number {bound}, got {value!r}")
+        raise InputError(f"{name} must be a whole number {bound}, got {value!r}")
     return int(value)
 
 
@@ -184,7 +185,7 @@ def _check_options(**options: int | None) -> dict[str, int | None]:
         "height": _check_int("height", options["height"], 36, 1080),
     }
     if checked["width"] % 2 or checked["height"] % 2:
-        raise ValueError(f"width and height must be even (mp4v drops an odd row or column), "
+        raise InputError(f"width and height must be even (mp4v drops an odd row or column), "
                          f"got {checked['width']}x{checked['height']}")
     checked["split_seed"] = _check_int("split_seed", options["split_seed"], 0)
     return checked

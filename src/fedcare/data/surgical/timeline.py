@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedcare.data.surgical.heichole import test_videos
+from fedcare.errors import InputError
 
 
 # tool slots, thesis order (common.TOOLS) plus the HeiChole-only stapler
@@ -152,7 +153,7 @@ def plan_videos(*, seed: int = 0, videos: int = 4, heichole_videos: int = 6, sec
         test_slots += [(client, k) for k in range(n_test)]
         train_slots += [(client, k) for k in range(n_test, n)]
     if len(train_slots) > 60 or len(test_slots) > 20:
-        raise ValueError(f"videos={videos} needs {len(train_slots)} train and {len(test_slots)} test Cholec80 "
+        raise InputError(f"videos={videos} needs {len(train_slots)} train and {len(test_slots)} test Cholec80 "
                          f"videos; the thesis split has 60 and 20 (use videos <= 16)")
     for first, slots, split in ((1, train_slots, "train"), (61, test_slots, "test")):
         order = rng.permutation(len(slots))
@@ -166,7 +167,7 @@ def plan_videos(*, seed: int = 0, videos: int = 4, heichole_videos: int = 6, sec
                                    alt_start + alt_len, False, [], PHASE_RATES.copy()))
     # ---- HeiChole: Heidelberg 1.., Salem 13..
     if not 4 <= heichole_videos <= 12:
-        raise ValueError(f"heichole_videos must be 4..12 (3 test videos per centre plus training), got {heichole_videos}")
+        raise InputError(f"heichole_videos must be 4..12 (3 test videos per centre plus training), got {heichole_videos}")
     for client, first, centre in (("HEI1", HEIDELBERG_FIRST, "Heidelberg"), ("HEI2", SALEM_FIRST, "Salem")):
         numbers = list(range(first, first + heichole_videos))
         test = set(test_videos(numbers, centre, n_test=3, seed=split_seed))

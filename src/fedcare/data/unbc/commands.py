@@ -11,7 +11,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from fedcare.data.console import fail, histogram_table, print_heading, print_problems, progress_bar, stderr, stdout
+from fedcare.data.console import (fail, histogram_table, print_heading, print_problems, progress_bar, stderr, stdout,
+                                  user_error)
+from fedcare.errors import UserError
 
 
 def summary_unbc(
@@ -33,7 +35,7 @@ def summary_unbc(
     Prints subjects, sessions, frames, pain frames (PSPI >= 1), the PSPI histogram, and every
     problem found (missing or bad labels, unreadable or black frames, stray files, ...).
     Exit code 2 when PATH is not a UNBC-McMaster copy; with --strict, 1 when a run would refuse it."""
-    from fedcare.data.unbc.reader import STRICT_PROBLEMS, UnbcImageError, UnbcLayoutError, load_unbc
+    from fedcare.data.unbc.reader import STRICT_PROBLEMS, load_unbc
     from fedcare.data.unbc.summary import summarize
 
     try:
@@ -42,8 +44,8 @@ def summary_unbc(
                 ds = load_unbc(path, check_images=True, progress=update)
         else:
             ds = load_unbc(path, check_images=False)
-    except (UnbcLayoutError, UnbcImageError) as e:
-        fail(str(e))
+    except UserError as e:
+        user_error(e)
     summary = summarize(ds)
     if json_:
         typer.echo(json.dumps(summary, indent=2))
@@ -127,8 +129,8 @@ def synth_pain(
                 min_frames_per_sequence=min_frames_per_sequence, quirks=quirks, overwrite=overwrite,
                 progress=update,
             )
-    except (FileExistsError, ValueError) as e:
-        fail(str(e))
+    except (FileExistsError, UserError) as e:
+        user_error(e)
     except OSError as e:  # e.g. a read-only or full disk
         fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
     console = stdout()

@@ -17,6 +17,10 @@ PSPI_MAX = 16.0
 N_LANDMARKS = 66
 
 
+class UnbcFileError(DataError):
+    """A label, landmark or sequence file that cannot be read; the message names the path."""
+
+
 class UnbcImageError(DataError):
     """A frame image is missing or cannot be decoded; the message names the path."""
 
@@ -26,16 +30,16 @@ def _read_text(path: Path | str) -> str:
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read()
     except OSError as e:
-        raise ValueError(f"{path}: cannot read file ({e.strerror or e})") from None
+        raise UnbcFileError(f"{path}: cannot read file ({e.strerror or e})") from None
 
 
 def _number(token: str, path: Path | str, what: str) -> float:
     try:
         value = float(token)
     except ValueError:
-        raise ValueError(f"{path}: {what} {token[:40]!r} is not a number") from None
+        raise UnbcFileError(f"{path}: {what} {token[:40]!r} is not a number") from None
     if not math.isfinite(value):
-        raise ValueError(f"{path}: {what} {token!r} is not finite")
+        raise UnbcFileError(f"{path}: {what} {token!r} is not finite")
     return value
 
 
@@ -45,10 +49,10 @@ def read_pspi(path: Path | str) -> float:
     naming the path if the file is empty, not a number, not finite or outside 0..16."""
     tokens = _read_text(path).split()
     if not tokens:
-        raise ValueError(f"{path}: empty PSPI file (expected one number like '   2.0000000e+00')")
+        raise UnbcFileError(f"{path}: empty PSPI file (expected one number like '   2.0000000e+00')")
     value = _number(tokens[0], path, "PSPI value")
     if not 0.0 <= value <= PSPI_MAX:
-        raise ValueError(f"{path}: PSPI value {value:g} outside 0..{PSPI_MAX:g}")
+        raise UnbcFileError(f"{path}: PSPI value {value:g} outside 0..{PSPI_MAX:g}")
     return value
 
 
@@ -63,10 +67,10 @@ def read_facs(path: Path | str) -> dict[int, float]:
         if not fields:
             continue
         if len(fields) < 2:
-            raise ValueError(f"{path}: line {lineno}: expected 'AU intensity', got {line.strip()[:60]!r}")
+            raise UnbcFileError(f"{path}: line {lineno}: expected 'AU intensity', got {line.strip()[:60]!r}")
         au_value = _number(fields[0], path, f"line {lineno}: AU")
         if au_value != int(au_value) or au_value < 0:
-            raise ValueError(f"{path}: line {lineno}: AU {fields[0]!r} is not a non-negative whole number")
+            raise UnbcFileError(f"{path}: line {lineno}: AU {fields[0]!r} is not a non-negative whole number")
         intensity = _number(fields[1], path, f"line {lineno}: intensity")
         au = int(au_value)
         facs[au] = max(intensity, facs.get(au, intensity))
@@ -87,11 +91,11 @@ def read_landmarks(path: Path | str) -> np.ndarray:
     rows = [line.split() for line in _read_text(path).splitlines()]
     rows = [r for r in rows if r]
     if len(rows) != N_LANDMARKS:
-        raise ValueError(f"{path}: expected {N_LANDMARKS} lines of 'x y' landmarks, found {len(rows)}")
+        raise UnbcFileError(f"{path}: expected {N_LANDMARKS} lines of 'x y' landmarks, found {len(rows)}")
     out = np.empty((N_LANDMARKS, 2), dtype=np.float64)
     for i, r in enumerate(rows):
         if len(r) < 2:
-            raise ValueError(f"{path}: line {i + 1}: expected 'x y', got {' '.join(r)[:60]!r}")
+            raise UnbcFileError(f"{path}: line {i + 1}: expected 'x y', got {' '.join(r)[:60]!r}")
         out[i, 0] = _number(r[0], path, f"line {i + 1}: x")
         out[i, 1] = _number(r[1], path, f"line {i + 1}: y")
     return out
@@ -102,7 +106,7 @@ def read_sequence_label(path: Path | str) -> float:
     otherwise."""
     tokens = _read_text(path).split()
     if not tokens:
-        raise ValueError(f"{path}: empty sequence-label file (expected one number)")
+        raise UnbcFileError(f"{path}: empty sequence-label file (expected one number)")
     return _number(tokens[0], path, "value")
 
 

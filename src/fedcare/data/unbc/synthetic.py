@@ -83,7 +83,9 @@ from fedcare.data.synthetic.face import identity as _identity
 from fedcare.data.synthetic.face import render_faces as _render_sequence
 from fedcare.data.synthetic.face import session_conditions as _session
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
-from fedcare.data.common import SYNTHETIC_MARKER, THESIS_GROUP1, THESIS_GROUP2
+from fedcare.data.common import SYNTHETIC_MARKER
+from fedcare.data.unbc.groups import THESIS_GROUP1, THESIS_GROUP2
+from fedcare.errors import InputError
 
 GENERATOR = "fedcare.data.synthetic.pain"  # the marker keeps the name from before the dataset packages (same bytes)
 MARKER_FILE = SYNTHETIC_MARKER
@@ -220,7 +222,7 @@ def _choose_names(subject: int, n: int, rng: np.random.Generator) -> list[str]:
     """n distinct names whose sorted order is the session order; real names are kept."""
     pool = sequence_names(subject)
     if n > len(pool):
-        raise ValueError(f"subject {subject}: {n} sessions, but only {len(pool)} sequence names exist")
+        raise InputError(f"subject {subject}: {n} sessions, but only {len(pool)} sequence names exist")
     known = list(KNOWN_SEQUENCES.get(subject, ()))[:n]
     if subject == BLACK_FRAMES_SUBJECT and known:
         pool = [p for p in pool if p <= known[-1]]  # keep the real black-frame sequence last
@@ -478,16 +480,16 @@ def _check_subjects(subjects: Sequence[int] | None) -> list[int]:
     if subjects is None:
         return list(DEFAULT_SUBJECTS)
     if isinstance(subjects, (str, bytes)) or not isinstance(subjects, Sequence):
-        raise ValueError(f"subjects must be a sequence of subject numbers, got {subjects!r}")
+        raise InputError(f"subjects must be a sequence of subject numbers, got {subjects!r}")
     out = []
     for s in subjects:
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
-            raise ValueError(f"subject {s!r} is not a subject number (known: {sorted(SUBJECT_FOLDERS)})")
+            raise InputError(f"subject {s!r} is not a subject number (known: {sorted(SUBJECT_FOLDERS)})")
         if int(s) not in SUBJECT_FOLDERS:
-            raise ValueError(f"unknown UNBC-McMaster subject {s} (known: {sorted(SUBJECT_FOLDERS)})")
+            raise InputError(f"unknown UNBC-McMaster subject {s} (known: {sorted(SUBJECT_FOLDERS)})")
         out.append(int(s))
     if not out:
-        raise ValueError("subjects is empty: give at least one subject number")
+        raise InputError("subjects is empty: give at least one subject number")
     return sorted(set(out))
 
 
@@ -565,14 +567,14 @@ def _write_frames(seq: str, dirs: list[str], images: np.ndarray, pspi: np.ndarra
 def _check_options(seed, frame_scale, image_size, min_frames_per_sequence) -> tuple[int, int, int]:
     """(seed, image_size, min_frames_per_sequence) as ints; ValueError naming a bad option."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        raise InputError(f"seed must be a non-negative integer, got {seed!r}")
     if not (isinstance(frame_scale, (int, float)) and math.isfinite(frame_scale) and frame_scale > 0):
-        raise ValueError(f"frame_scale must be a positive number, got {frame_scale!r}")
+        raise InputError(f"frame_scale must be a positive number, got {frame_scale!r}")
     if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) or image_size < 16:
-        raise ValueError(f"image_size must be an integer >= 16, got {image_size!r}")
+        raise InputError(f"image_size must be an integer >= 16, got {image_size!r}")
     if isinstance(min_frames_per_sequence, bool) or not isinstance(min_frames_per_sequence, (int, np.integer)) \
             or min_frames_per_sequence < 1:
-        raise ValueError(f"min_frames_per_sequence must be an integer >= 1, got {min_frames_per_sequence!r}")
+        raise InputError(f"min_frames_per_sequence must be an integer >= 1, got {min_frames_per_sequence!r}")
     return int(seed), int(image_size), int(min_frames_per_sequence)
 
 

@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from fedcare.data.console import fail, print_heading, progress_bar, stdout
+from fedcare.data.console import print_heading, progress_bar, stdout, user_error
+from fedcare.errors import UserError
 
 
 def summarize(ds) -> dict:
@@ -29,13 +30,12 @@ def summary_xray(
 
     Finds the folder holding COVID-19/, Normal/, Pneumonia-Bacterial/ and Pneumonia-Viral/ and
     prints the images of each class. Exit code 2 when PATH holds no such folder."""
-    from fedcare.data.common import DataError
     from fedcare.data.xray.reader import load_xray
 
     try:
         ds = load_xray(path)
-    except DataError as e:
-        fail(str(e))
+    except UserError as e:
+        user_error(e)
     summary = summarize(ds)
     if json_:
         typer.echo(json.dumps(summary, indent=2))
@@ -67,8 +67,8 @@ def synth_xray(
         with progress_bar("drawing synthetic X-rays") as update:
             result = generate_xray(out, seed=seed, scale=scale, image_size=image_size, sites=sites,
                                    overwrite=overwrite, progress=update)
-    except (FileExistsError, ValueError) as e:
-        fail(str(e))
+    except (FileExistsError, UserError) as e:
+        user_error(e)
     console = stdout()
     console.print(f"[bold]synthetic chest X-rays[/] written to {escape(result['root'])}", soft_wrap=True)
     console.print(f"{result['images']} images: " + ", ".join(f"{k} {v}" for k, v in result["classes"].items()),

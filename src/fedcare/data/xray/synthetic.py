@@ -21,6 +21,7 @@ import numpy as np
 from fedcare.data.synthetic.output import atomic_directory
 from fedcare.data.common import SYNTHETIC_MARKER
 from fedcare.data.xray.reader import CLASSES
+from fedcare.errors import InputError
 
 ROOT_NAME = "Curated X-Ray Dataset"
 REAL_COUNTS = {"COVID-19": 1281, "Normal": 3270, "Pneumonia-Bacterial": 3001, "Pneumonia-Viral": 1656}
@@ -93,9 +94,9 @@ def generate_xray(
     `sites`-th image of each class in its own source look (exposure, contrast, noise): the
     natural split of a multi-hospital collection. Returns {"root", "images", "classes"}."""
     if scale <= 0 or image_size < 16:
-        raise ValueError(f"scale must be > 0 and image_size >= 16, got {scale}, {image_size}")
+        raise InputError(f"scale must be > 0 and image_size >= 16, got {scale}, {image_size}")
     if sites is not None and sites < 2:
-        raise ValueError(f"sites must be at least 2, got {sites}")
+        raise InputError(f"sites must be at least 2, got {sites}")
     counts = {name: max(4, round(REAL_COUNTS[name] * scale)) for name in CLASSES}
     total, done = sum(counts.values()), 0
     note = {"generator": "fedcare.data.synthetic.xray", "seed": seed, "note": "SYNTHETIC chest X-rays, not patients",

@@ -33,6 +33,7 @@ from fedcare.runtime.flower.link import HELLO
 from fedcare.runtime.flower.records import OPS, decode_ops, encode_results, record_to_tensors, tensors_to_record
 from fedcare.runtime.flower.site import FactorySite, SiteError, SiteNode
 from fedcare.runtime.preflight import DEFAULT_MIN_COUNT, site_summary
+from fedcare.runtime.refs import DataRefError, Split
 from fedcare.runtime.sites import Builder, Site
 
 # node config keys: which site a SuperNode is, where its data and state live, and the key
@@ -122,7 +123,11 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         if OPS not in msg.content.config_records:
             return _strategy_fit(msg, context, node_for)
         node = node_for(context)
-        results = node.handle(decode_ops(msg.content))
+        try:
+            ops = decode_ops(msg.content, node.site.data_refs)
+        except DataRefError as e:  # the coordinator named data this site does not have
+            raise SiteError(f"client {node.site.client!r}: {e}") from None
+        results = node.handle(ops)
         node.store(context.state)
         state_file = _state_file(context, node.site)
         if state_file is not None:
@@ -136,7 +141,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         tensors = record_to_tensors(msg.content.array_records["arrays"])
         client = node.builder.algorithm("fedavg").client
         model = client.load(node.model, FedMessage(tensors), {})
-        data = node.site.data("eval")
+        data = node.site.data(Split("eval"))
         _, loss = predict(model, data, client.settings.task)
         return Message(RecordDict({"metrics": MetricRecord({"num-examples": len(data), "eval_loss": loss})}),
                        reply_to=msg)
@@ -170,7 +175,8 @@ def _strategy_fit(msg: Message, context: Context, node_for) -> Message:
     seed = site.seed
     tensors = record_to_tensors(msg.content.array_records["arrays"])
     runner = ClientRunner(algorithm.client, seed, site.client, algorithm.client.init_state(node.model))
-    reply = runner.run(Fit("train", rnd, FedMessage(tensors), "train"), node.model, site.data("train"))
+    train = Split("train")
+    reply = runner.run(Fit("train", rnd, FedMessage(tensors), train), node.model, site.data(train))
     metrics = {"num-examples": int(reply.scalars[NUM_EXAMPLES]), TRAIN_LOSS: reply.scalars[TRAIN_LOSS]}
     return Message(RecordDict({"arrays": tensors_to_record(reply.tensors), "metrics": MetricRecord(metrics)}),
                    reply_to=msg)

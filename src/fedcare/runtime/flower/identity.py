@@ -21,11 +21,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_ssh_private_key, load_ssh_public_key
 
 from fedcare.config import site_name_problem
+from fedcare.errors import UserError
 
 _SIGNATURE = ec.ECDSA(hashes.SHA384())  # the keys are EC P-384 (certs.make_site_key)
 
 
-class SiteKeyError(ValueError):
+class SiteKeyError(UserError, ValueError):
     """A site key file that cannot be used; the message names the file."""
 
 

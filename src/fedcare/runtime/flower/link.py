@@ -38,9 +38,10 @@ from torch import nn
 from fedcare.algorithms.base import ClientId
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import ClientData
+from fedcare.errors import UserError
 from fedcare.runtime.clients import (
     AfterAggregation,
-    DataRef,
+    Data,
     Evaluate,
     Exchange,
     Fit,
@@ -59,7 +60,7 @@ UNAVAILABLE = {ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, 
                ErrorCode.CLIENT_APP_CRASHED}
 
 
-class FlowerRunError(RuntimeError):
+class FlowerRunError(UserError, RuntimeError):
     """The federation cannot go on: a site failed, too few sites answered, or the sites do
     not match the experiment. The message names the sites."""
 
@@ -331,6 +332,11 @@ class FlowerClients:
         self.sent, self.answered = dict(saved["kept"]), dict(saved["kept"])
         self.ready = {c: -1 for c in self.kept}  # -1: no join count yet: Resume at first contact
         self.pending = {c: [op_from_plain(op) for op in ops] for c, ops in saved["pending"].items()}
+        legacy = [op.data for ops in self.pending.values() for op in ops if isinstance(getattr(op, "data", None), str)]
+        if legacy:  # fedcare 0.2.0 named data by strings ("train/global"); its sites no longer read them
+            raise FlowerRunError(f"this run's checkpoint was written before typed data references (an operation "
+                                 f"waiting for a site names its data {legacy[0]!r}): it cannot continue across "
+                                 "sites; start the run again")
         self.in_snapshot, self.reset = set(saved["in_snapshot"]), set(saved["reset"])
 
     def fit(self, phase: str, rnd: int, work: Work) -> dict[ClientId, FedMessage]:
@@ -372,5 +378,5 @@ class FlowerClients:
                 self.pending.pop(c, None)
                 self.reset.add(c)
 
-    def pooled(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
+    def pooled(self, refs: Mapping[ClientId, Data]) -> ClientData:
         raise FlowerRunError("centralized training pools every site's data: it cannot run across sites")

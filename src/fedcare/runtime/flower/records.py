@@ -6,13 +6,16 @@ in a `ConfigRecord`, each fedcare `Message` they carry as an `ArrayRecord` (its 
 `np.save`), so dtype, shape and every bit survive the round trip; scalars are Python floats
 (float64) and survive exactly too. Tensor order is kept: `ArrayRecord` preserves insertion
 order. A client's private state is an `ArrayRecord` in `Context.state` (see `site.py`).
+An operation's data reference travels in its plain form (`DataRef.plain`, JSON) and is turned
+back into one of the site's own kinds when decoded there (`decode_ops(content, data_refs)`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,7 +33,7 @@ from fedcare.runtime.clients import (
     Setup,
     Snapshot,
 )
-
+from fedcare.runtime.refs import DataRef
 
 
 def tensors_to_record(tensors: Mapping[str, torch.Tensor]) -> ArrayRecord:
@@ -103,6 +106,8 @@ def encode_ops(ops: list[tuple[str, Operation | Begin]]) -> RecordDict:
                     content[key] = tensors_to_record(value.tensors)
                     content[key + ".scalars"] = MetricRecord({k: float(v) for k, v in value.scalars.items()})
                 d[field] = {"message": keys[id(value)]}
+            elif field == "data":
+                d[field] = {"ref": plain_data(value)}
             else:
                 d[field] = value
         described.append(d)
@@ -110,13 +115,29 @@ def encode_ops(ops: list[tuple[str, Operation | Begin]]) -> RecordDict:
     return content
 
 
+def plain_data(data: Any) -> dict:
+    """An operation's data as it travels: a reference's plain form. A plain form already (an
+    operation taken back from a coordinator's checkpoint) stays as it is: the coordinator only
+    forwards it, and the site that resolves it checks it."""
+    if isinstance(data, DataRef):
+        return data.plain()
+    if isinstance(data, dict):
+        return data
+    raise TypeError(f"{type(data).__name__}: only a data reference travels to a site, never the data")
+
+
 def op_to_plain(op: Operation) -> dict:
-    """An operation as a dict of plain values and `Message`s: what a coordinator's checkpoint
-    may hold (`fedcare.studies.checkpoint` reads only tensors, messages and plain data)."""
-    return {"op": _OP_NAMES[type(op)], **vars(op)}
+    """An operation as a dict of plain values and `Message`s, its data reference in its plain
+    form: what a coordinator's checkpoint may hold (`fedcare.studies.checkpoint` reads only
+    tensors, messages and plain data)."""
+    plain = {"op": _OP_NAMES[type(op)], **vars(op)}
+    if "data" in plain:
+        plain["data"] = plain_data(plain["data"])
+    return plain
 
 
 def op_from_plain(plain: dict) -> Operation:
+    """The operation `op_to_plain` wrote; its data reference stays in its plain form."""
     fields = dict(plain)
     return _OP_TYPES[fields.pop("op")](**fields)
 
@@ -126,13 +147,23 @@ def _message(content: RecordDict, key: str) -> Message:
     return Message(record_to_tensors(content.array_records[key]), {k: float(v) for k, v in scalars.items()})
 
 
-def decode_ops(content: RecordDict) -> list[tuple[str, Operation | Begin]]:
+def decode_ops(content: RecordDict, data_refs: Sequence[type[DataRef]] = ()) -> list[tuple[str, Operation | Begin]]:
+    """The (federation, operation) pairs `encode_ops` wrote, each data reference as one of
+    `data_refs` (the site's own kinds; `fedcare.runtime.refs.DataRefError` for any other)."""
     ops = []
     for d in json.loads(str(content.config_records[OPS]["json"])):
         kind, namespace = _OP_TYPES[d.pop("op")], d.pop("ns")
-        fields = {k: _message(content, v["message"]) if isinstance(v, dict) and "message" in v else v for k, v in d.items()}
+        fields = {k: _decode_field(content, v, data_refs) for k, v in d.items()}
         ops.append((namespace, kind(**fields)))
     return ops
+
+
+def _decode_field(content: RecordDict, value: Any, data_refs: Sequence[type[DataRef]]) -> Any:
+    if isinstance(value, dict) and "message" in value:
+        return _message(content, value["message"])
+    if isinstance(value, dict) and "ref" in value:
+        return DataRef.from_plain(value["ref"], data_refs)
+    return value
 
 
 def encode_results(results: list[Message | dict | None]) -> RecordDict:

@@ -16,10 +16,12 @@ from fedcare.compute import describe, same_arithmetic
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, SiteLink
 from fedcare.runtime.preflight import Preflight
+from fedcare.runtime.refs import DataRef
 
 
 class FlowerRuntime:
     local_data = None  # the data stay at the sites: nothing can be pooled
+    sites = None  # nor is any site here
 
     def __init__(self, link: SiteLink, algorithm: Callable[[str], Algorithm], run_key: str = "",
                  preflight: Preflight | None = None):
@@ -44,7 +46,7 @@ class FlowerRuntime:
         clients = FlowerClients(self.link, f"federation-{self._prefix}-{next(self._namespaces)}", algorithm, seed, model, label)
         return Federation(model, self.algorithm(algorithm), seed, client_fraction=client_fraction, clients=clients)
 
-    def pool(self, refs: Mapping[ClientId, str]) -> ClientData:
+    def pool(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
         raise FlowerRunError("pooling the clients' data cannot happen across sites")
 
     def start_facts(self) -> dict:

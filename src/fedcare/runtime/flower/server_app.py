@@ -11,11 +11,10 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from torch import nn
 
-from fedcare.algorithms.base import Algorithm, ClientHalf
+from fedcare.algorithms.base import Algorithm
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, LinkSettings, SiteLink
-
-
+from fedcare.runtime.refs import Split
 
 
 def make_server_app(
@@ -34,7 +33,7 @@ def make_server_app(
     after the algorithm's one-off setup exchange (phase "setup") if it has one (FedAP, FedDG).
 
     After every round `on_metrics` receives {"round", "train_loss", "n_train", "clients",
-    "global_message", "clients_metrics": {client: the client's `metrics` on its "eval" data}}.
+    "global_message", "clients_metrics": {client: the client's `metrics` on its `Split("eval")` data}}.
     """
     app = ServerApp()
 
@@ -47,11 +46,11 @@ def make_server_app(
         link.connect(list(clients))
         model = model_factory()
         federation = Federation(model, algorithm, seed, clients=FlowerClients(link, "factory", algorithm.name, seed, model))
-        if type(algorithm.client).setup is not ClientHalf.setup:
-            federation.run_setup("setup", {c: "train" for c in link.node_of})
+        if algorithm.server.has_setup:
+            federation.run_setup("setup", {c: Split("train") for c in link.node_of})
         for rnd in range(1, rounds + 1):
-            info = federation.run_round(phase, rnd, {c: "train" for c in link.node_of})
-            evaluated = federation.evaluate({c: "eval" for c in link.node_of}, metrics)
+            info = federation.run_round(phase, rnd, {c: Split("train") for c in link.node_of})
+            evaluated = federation.evaluate({c: Split("eval") for c in link.node_of}, metrics)
             if on_metrics is not None:
                 on_metrics({"round": rnd, **info, "global_message": federation.global_message.clone(),
                             "clients_metrics": evaluated})

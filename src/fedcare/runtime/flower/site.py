@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from flwr.app import ConfigRecord, RecordDict
@@ -27,6 +27,7 @@ from fedcare.algorithms.split import load_tensors
 from fedcare.algorithms.training import ClientData
 from fedcare.files import atomic_write_bytes
 from fedcare.runtime.clients import ClientRunner
+from fedcare.runtime.refs import DataRef, Split
 from fedcare.runtime.sites import Builder, Site, SiteError
 from fedcare.runtime.flower.records import Begin, Mark, Resume, record_to_tensors, tensors_to_record
 
@@ -36,7 +37,9 @@ SITE_META = "fedcare-site"
 @dataclass
 class FactorySite:
     """A site built from Python factories (`make_client_app`), its own builder: data
-    references "train" and "eval" name the client's training and evaluation data."""
+    references `Split("train")` and `Split("eval")` name the client's training and evaluation data."""
+
+    data_refs: ClassVar[tuple[type[DataRef], ...]] = (Split,)
 
     client: ClientId
     algorithm_factory: Callable[[], Algorithm]
@@ -49,12 +52,12 @@ class FactorySite:
     def summary(self) -> dict:
         return {}
 
-    def data(self, ref: str) -> ClientData:
-        if ref == "train":
+    def data(self, ref: DataRef) -> ClientData:
+        if ref == Split("train"):
             return self.train_data(self.client)
-        if ref == "eval":
+        if ref == Split("eval"):
             return self.eval_data(self.client)
-        raise SiteError(f"client {self.client!r}: unknown data reference {ref!r} (expected 'train' or 'eval')")
+        raise SiteError(f"client {self.client!r}: unknown data reference {ref} (expected split/train or split/eval)")
 
     def new_model(self) -> nn.Module:
         return self.model_factory()

@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedcare.config import Aggregation, BatchSize, DataSource, Experiment, LearningRate, Strict, Train
+from fedcare.config import Aggregation, BatchSize, DataSource, Experiment, LearningRate, Rounds, Strict, Train
 
 # "<algorithm>[-variant]": FedAvg ("fedavg") or federated HF-MAML ("hfmaml") with the global
 # ArcFace head (shared, every client's identities), "-local" (each client's own head, private),
@@ -41,7 +41,6 @@ class FacerecData(DataSource):
 
 class FacerecProtocol(Strict):
     unseen: list[int] = Field(default_factory=lambda: [16, 17, 18, 19, 20])  # never train: tuning and evaluation only
-    rounds: int = Field(30, ge=1)
     paths: int = Field(5, ge=1)  # evaluation paths per trained model (thesis: 5)
     genuine_pairs: int = Field(1000, ge=1)
     impostor_pairs: int = Field(1000, ge=1)
@@ -52,6 +51,7 @@ class FacerecProtocol(Strict):
 
 
 class FacerecTrain(Train):
+    rounds: Rounds = 30  # protocol.rounds before 0.3
     lr: LearningRate = 0.01  # SGD, FedAvg's local steps and tuning
     momentum: float = Field(0.9, ge=0, lt=1)
     batch_size: BatchSize = 64
@@ -87,6 +87,7 @@ class FacerecExperiment(Experiment):
     protocol: FacerecProtocol = FacerecProtocol()
     train: FacerecTrain = FacerecTrain()
     options: FacerecOptions = FacerecOptions()
+    renamed: ClassVar[dict[str, str]] = {"protocol.rounds": "train.rounds"}  # until 0.3: every study says train.rounds
 
     def relative_to(self, folder: Path) -> "FacerecExperiment":
         """data.root, data.cache and train.weights relative to the config file's folder."""

@@ -3,17 +3,18 @@ directory) cropped and partitioned by `fedcare.data.celeba.federation`, and one 
 
 A site resolves these references on its own client's crops:
 
-- ``train/global`` and ``train/local``: its training split (`FaceData`), labelled over all
-  clients (the global ArcFace head) or over its own identities (a local head);
-- ``eval/global/<path>`` and ``eval/local/<path>``: its test split for evaluation path
-  <path>, carrying the training split for tuning (`EvalData`) and, with
-  ``protocol.impostors = "global"``, the global impostor pool (`ImpostorPool`: every client's
-  test split; CelebA is public, and every site reads the whole copy to partition it)."""
+- `Training(labels)`: its training split (`FaceData`), labelled over all clients (labels
+  "global": the global ArcFace head) or over its own identities ("local": a local head);
+- `Evaluation(labels, path)`: its test split for evaluation path `path`, carrying the
+  training split for tuning (`EvalData`) and, with ``protocol.impostors = "global"``, the
+  global impostor pool (`ImpostorPool`: every client's test split; CelebA is public, and
+  every site reads the whole copy to partition it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from fedcare.algorithms.training import ClientData
 from fedcare.data.celeba.faces import DetectorParams
 from fedcare.data.celeba.federation import ClientFaces, FaceSplit, FederatedFaces, federated_celeba
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
+from fedcare.runtime.refs import DataRef
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.facerec.config import FacerecExperiment
 from fedcare.studies.rundir import Progress
@@ -97,8 +99,27 @@ def _tensors(split: FaceSplit, labels: str) -> tuple[torch.Tensor, torch.Tensor]
     return images, torch.from_numpy(np.asarray(y, np.int64))
 
 
+@dataclass(frozen=True)
+class Training(DataRef):
+    """A client's training split, labelled for the "global" or a "local" head."""
+
+    kind: ClassVar[str] = "train"
+    labels: str
+
+
+@dataclass(frozen=True)
+class Evaluation(DataRef):
+    """A client's test split for evaluation path `path`, labelled for the "global" or a "local" head."""
+
+    kind: ClassVar[str] = "eval"
+    labels: str
+    path: int
+
+
 class FaceSite:
     """One client's crops (train and test splits) and, for global testing, the impostor pool."""
+
+    data_refs: ClassVar[tuple[type[DataRef], ...]] = (Training, Evaluation)
 
     def __init__(self, faces: ClientFaces, global_classes: int, synthetic: bool, pool: ImpostorPool | None = None):
         self.client = faces.client
@@ -128,18 +149,17 @@ class FaceSite:
     def train(self, labels: str) -> FaceData:
         return FaceData(*self._split("train", labels), classes=self.classes[labels])
 
-    def data(self, ref: str) -> ClientData:
-        parts = ref.split("/")
-        if len(parts) >= 2 and parts[1] in LABELS:
-            if parts[0] == "train" and len(parts) == 2:
-                return self.train(parts[1])
-            if parts[0] == "eval" and len(parts) == 3 and parts[2].isdigit():
-                data = EvalData(*self._split("test", parts[1]), tune=self.train(parts[1]), path=int(parts[2]))
+    def data(self, ref: DataRef) -> ClientData:
+        if isinstance(ref, (Training, Evaluation)) and ref.labels in LABELS:
+            if isinstance(ref, Training):
+                return self.train(ref.labels)
+            if ref.path >= 0:
+                data = EvalData(*self._split("test", ref.labels), tune=self.train(ref.labels), path=ref.path)
                 if self.pool is not None:  # global testing
                     data.pool, data.identities = self.pool, self._split("test", "global")[1]
                 return data
         raise SiteError(f"client {self.client}: unknown data reference {ref!r} "
-                        f"(expected train/<global|local> or eval/<global|local>/<path>)")
+                        f"(expected Training(labels) or Evaluation(labels, path), labels one of {', '.join(LABELS)})")
 
 
 def sites(faces: FederatedFaces, root: Path, impostors: str = "local") -> dict[int, FaceSite]:

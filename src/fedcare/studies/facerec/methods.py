@@ -78,6 +78,8 @@ def settings(config: FacerecExperiment) -> TrainSettings:
 class StepsClient(ClientHalf):
     """FedAvg's client with `steps` batches per round (the thesis's 50 "epochs" of one batch)."""
 
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def __init__(self, settings: TrainSettings, split: ParameterSplit, steps: int):
         super().__init__(settings, split)
         self.steps = steps
@@ -99,6 +101,8 @@ class QPerFedAvgClient(QFedAvgClient, PerFedAvgClient):
 
 class Regularised(ClientHalf):
     """An algorithm's client half trained on the loss plus Eq. 3.4's embedding term."""
+
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
 
     def __init__(self, inner: ClientHalf, c: float):
         super().__init__(inner.settings, inner.split)

@@ -16,6 +16,7 @@ from torch import nn
 from fedcare.algorithms.training import ClientData
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
+from fedcare.studies.facerec.data import Evaluation, Training
 from fedcare.studies.facerec.methods import labels_of
 
 METRICS = "tuned-verification"
@@ -24,7 +25,7 @@ METRICS = "tuned-verification"
 class FacerecProtocol(StudyProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.protocol.rounds
+        self.units_total = len(self.config.seeds) * len(self.config.methods) * self.config.train.rounds
         self.audit = None
         privacy = self.config.privacy
         # [privacy.audit]'s membership audit: after each method's last round
@@ -41,7 +42,7 @@ class FacerecProtocol(StudyProtocol):
         summaries = self.runtime.summaries()
         return {"partition": self.config.data.partition, "clients": len(summaries),
                 "unseen": [c for c in self.config.protocol.unseen if c in summaries],
-                "training_clients": self.training_clients(), "rounds": self.config.protocol.rounds,
+                "training_clients": self.training_clients(), "rounds": self.config.train.rounds,
                 "impostors": self.config.protocol.impostors}
 
     def membership_sets(self, labels: str):
@@ -49,8 +50,8 @@ class FacerecProtocol(StudyProtocol):
         of the same identities), labelled for the method's head."""
         def sets(client: int):
             site = self.runtime.sites[client]
-            test = site.data(f"eval/{labels}/1")
-            return site.data(f"train/{labels}"), ClientData(test.x, test.y)
+            test = site.data(Evaluation(labels, 1))
+            return site.data(Training(labels)), ClientData(test.x, test.y)
 
         return sets
 
@@ -64,10 +65,10 @@ class FacerecProtocol(StudyProtocol):
         classes = self.global_classes() if labels_of(method) == "global" else 0
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(seed, "init"))
-            return self.study.new_model(classes)
+            return self.study.composed.new_model(classes)
 
     def run(self) -> None:
-        rounds = self.config.protocol.rounds
+        rounds = self.config.train.rounds
         clients = sorted(self.runtime.summaries())
         training = self.training_clients()
         for seed in self.config.seeds:
@@ -79,7 +80,7 @@ class FacerecProtocol(StudyProtocol):
 
     def run_method(self, seed: int, method: str, clients: list, training: list) -> None:
         """The rounds; a resumed run takes the federation back after its last finished round."""
-        rounds, paths = self.config.protocol.rounds, self.config.protocol.paths
+        rounds, paths = self.config.train.rounds, self.config.protocol.paths
         done = [r for r in range(1, rounds + 1) if self.finished(seed, method, r)]
         labels = labels_of(method)
         federation = self.runtime.federation(self.new_model(seed, method), method, seed,
@@ -87,11 +88,11 @@ class FacerecProtocol(StudyProtocol):
         if done:
             federation.load_state_dict(self.checkpoint.state("federation"))
         for rnd in range(len(done) + 1, rounds + 1):
-            info = federation.run_round("train", rnd, {c: f"train/{labels}" for c in training})
+            info = federation.run_round("train", rnd, {c: Training(labels) for c in training})
             self.record("round", method=method, seed=seed, phase="train", round=rnd, **info)
             if rnd == rounds:
                 for path in range(1, paths + 1):
-                    self.evaluate_clients(federation, {c: f"eval/{labels}/{path}" for c in clients}, METRICS,
+                    self.evaluate_clients(federation, {c: Evaluation(labels, path) for c in clients}, METRICS,
                                           method=method, seed=seed, round=rnd)
                 if self.audit is not None:  # a local head's rows are its client's: no peer view
                     self.audit.run(federation, training, method, seed, self.membership_sets(labels),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedcare.errors import InputError
 from fedcare.evaluation.statistics import nanmean
 from fedcare.report import write_report
 from fedcare.report.html import render_run_page, table_block
@@ -35,7 +36,7 @@ def _evals(run_dir: Path) -> list[dict]:
     records, _ = read_run_records(run_dir)
     evals = [r for r in records if r["type"] == "client_eval"]
     if not evals:
-        raise ValueError(f"{Path(run_dir) / 'metrics.jsonl'}: no client_eval records")
+        raise InputError(f"{Path(run_dir) / 'metrics.jsonl'}: no client_eval records")
     return evals
 
 

@@ -8,7 +8,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedcare.config import Aggregation, DataSource, Experiment, LearningRate, LocalEpochs, ProximalMu, Strict, Train
+from fedcare.config import (Aggregation, DataSource, Experiment, LearningRate, LocalEpochs, ProximalMu, Rounds, Strict,
+                            Train)
 
 FEDHEALTH2_METHODS = ("local", "fedavg", "fedprox", "fedbn", "fedper", "fedap", "d-fedap", "f-fedap")
 PRETRAINED_METHODS = ("fedap", "d-fedap")  # start from the pretrained model and run their setup before round 1
@@ -56,8 +57,8 @@ class FedHealth2Protocol(Strict):
 class FedHealth2Train(Train):
     lr: LearningRate = 1e-2  # paper: SGD, 1e-2 (batch_size 32: [code], as Train's default)
     local_epochs: LocalEpochs = 1
-    rounds: int = Field(20, ge=1)
-    pretrain_epochs: int = Field(10, ge=1)  # epochs (pooled) or FedAvg rounds (federated) of FedAP's pretraining
+    rounds: Rounds = 20
+    pretrain_rounds: Rounds = 10  # FedAP's pretraining: epochs (pooled) or FedAvg rounds (federated)
     aggregation: Aggregation = "examples"
     hidden: int = Field(4096, ge=8)  # AlexNet's FC width (X-ray)
     mu: ProximalMu = 1e-3  # FedProx's mu ([code] mu = 1e-3); options.fedprox_mu before 0.3
@@ -79,4 +80,5 @@ class FedHealth2Experiment(Experiment):
     protocol: FedHealth2Protocol = FedHealth2Protocol()
     train: FedHealth2Train = FedHealth2Train()
     options: FedHealth2Options = FedHealth2Options()
-    renamed: ClassVar[dict[str, str]] = {"options.fedprox_mu": "train.mu"}  # until 0.3
+    renamed: ClassVar[dict[str, str]] = {"options.fedprox_mu": "train.mu",  # until 0.3
+                                         "train.pretrain_epochs": "train.pretrain_rounds"}

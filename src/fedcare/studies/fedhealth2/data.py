@@ -8,8 +8,8 @@ Two ways to make clients (`protocol.split`):
 - "natural": one client per PAMAP2 subject, or per X-ray site folder, each reading only its
   own data and (PAMAP2) z-scoring its own windows: the same at a site on Flower as here.
 
-Every client is a `FedHealth2Site` whose data references are "train/<seed>", "test/<seed>"
-(its per-client 50/50 split for that run seed) and "pretrain/<seed>" (its share of the
+Every client is a `FedHealth2Site` whose data references are `SeededSplit(name, seed)`: "train"
+and "test" (its per-client 50/50 split for that run seed) and "pretrain" (its share of the
 training data for FedAP's federated pretraining).
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ from fedcare.data.common import DataError
 from fedcare.data.partition import dirichlet_label_split, train_test_split_per_client
 from fedcare.data.pamap2.reader import PAPER_CLASS_NAMES
 from fedcare.data.xray.reader import CLASSES, XrayLayoutError, find_class_root, load_xray, read_xray
+from fedcare.runtime.refs import DataRef, SeededSplit
 from fedcare.seeding import numpy_rng
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.rundir import SYNTHETIC_DIR, Progress
@@ -43,8 +45,13 @@ class Examples:
     description: str
 
 
+SPLITS = ("train", "test", "pretrain")  # a client's `SeededSplit`s
+
+
 class FedHealth2Site:
     """One client's examples and its split per run seed (a `fedcare.runtime.sites.Site`)."""
+
+    data_refs: ClassVar[tuple[type[DataRef], ...]] = (SeededSplit,)
 
     def __init__(self, client: ClientId, examples: Examples, split: Split, config: FedHealth2Experiment):
         self.client = client
@@ -71,11 +78,10 @@ class FedHealth2Site:
                             "labels": {names[i] if i < len(names) else f"class {i}": int(n) for i, n in enumerate(counts)}}
         return {"unit": "examples", "splits": splits}
 
-    def data(self, ref: str) -> ClientData:
-        kind, _, seed_text = ref.partition("/")
-        if kind not in ("train", "test", "pretrain") or not seed_text.lstrip("-").isdigit():
-            raise ValueError(f"unknown FedHealth 2 data reference {ref!r}")
-        seed = int(seed_text)
+    def data(self, ref: DataRef) -> ClientData:
+        if not isinstance(ref, SeededSplit) or ref.name not in SPLITS:
+            raise ValueError(f"unknown FedHealth 2 data reference {ref!r} (a SeededSplit, one of {', '.join(SPLITS)})")
+        kind, seed = ref.name, ref.seed
         if seed != self._cache_seed:  # keep the current run seed's sets only
             self._cache, self._cache_seed = {}, seed
         if kind not in self._cache:

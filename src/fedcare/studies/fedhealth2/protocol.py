@@ -16,6 +16,7 @@ from torch import nn
 
 from fedcare.algorithms.training import ClientData
 from fedcare.runtime.federation import Federation
+from fedcare.runtime.refs import SeededSplit
 from fedcare.seeding import derive_seed, numpy_rng
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.fedhealth2.config import PRETRAINED_METHODS
@@ -43,7 +44,7 @@ class FedHealth2Protocol(StudyProtocol):
         global generator as it was."""
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(seed, "init"))
-            return self.study.new_model()
+            return self.study.composed.new_model()
 
     def clients(self, seed: int) -> list:
         """The clients with at least 2 training examples for this seed."""
@@ -55,23 +56,23 @@ class FedHealth2Protocol(StudyProtocol):
         model = self.new_model(seed)
         if self.config.protocol.pretrain == "pooled":
             # centralized training on a random share of the pooled training data
-            pooled = self.runtime.pool({c: f"train/{seed}" for c in clients})
+            pooled = self.runtime.pool({c: SeededSplit("train", seed) for c in clients})
             rng = numpy_rng(seed, "pretrain-share")
             share = rng.permutation(len(pooled))[: max(2, int(self.config.protocol.pretrain_fraction * len(pooled)))]
             data = ClientData(pooled.x[torch.from_numpy(share)], pooled.y[torch.from_numpy(share)])
             federation = self.runtime.federation(model, PRETRAIN, seed)
-            federation.train_phase("pretrain", {0: data}, {}, max_rounds=t.pretrain_epochs, patience=t.pretrain_epochs)
+            federation.train_phase("pretrain", {0: data}, {}, max_rounds=t.pretrain_rounds, patience=t.pretrain_rounds)
         else:  # FedAvg on each client's own share, one round per pretraining epoch
             federation = self.runtime.federation(model, "fedavg", seed, label={"method": "pretrain", "seed": seed})
-            for rnd in range(1, t.pretrain_epochs + 1):
-                info = federation.run_round("pretrain", rnd, {c: f"pretrain/{seed}" for c in clients})
+            for rnd in range(1, t.pretrain_rounds + 1):
+                info = federation.run_round("pretrain", rnd, {c: SeededSplit("pretrain", seed) for c in clients})
                 self.record("round", method="pretrain (federated)", seed=seed, phase="pretrain", round=rnd, **info)
         return federation.global_message.clone().tensors
 
     # -- the protocol -----------------------------------------------------------------
     def evaluate(self, federation: Federation, method: str, seed: int, rnd: int, clients: list) -> None:
-        self.evaluate_clients(federation, {c: f"test/{seed}" for c in clients}, "accuracy", method=method, seed=seed,
-                              round=rnd)
+        self.evaluate_clients(federation, {c: SeededSplit("test", seed) for c in clients}, "accuracy", method=method,
+                              seed=seed, round=rnd)
 
     def run_method(self, method: str, seed: int, clients: list, pretrained: dict[str, torch.Tensor] | None) -> None:
         """The rounds; a resumed run takes the federation back after its last finished round."""
@@ -83,7 +84,7 @@ class FedHealth2Protocol(StudyProtocol):
         if method in PRETRAINED_METHODS:
             model.load_state_dict(pretrained)
         federation = self.runtime.federation(model, method, seed, label={"method": method, "seed": seed})
-        train = {c: f"train/{seed}" for c in clients}
+        train = {c: SeededSplit("train", seed) for c in clients}
         if done:
             federation.load_state_dict(self.checkpoint.state("federation"))
         else:

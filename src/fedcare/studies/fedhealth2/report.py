@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from fedcare.errors import InputError
 from fedcare.evaluation.statistics import (
     Unit, as_float, as_unit, first_appearance, nanmean, nanstd, sort_units, weighted_mean_sd,
 )
@@ -85,11 +86,11 @@ def load_client_evals(records: Iterable[Mapping[str, Any]], source: str = METRIC
             continue
         missing = [k for k in ("method", "seed", "round", "client") if r.get(k) is None]
         if missing:
-            raise ValueError(f"{source}: client_eval record {i} lacks {', '.join(missing)}")
+            raise InputError(f"{source}: client_eval record {i} lacks {', '.join(missing)}")
         try:
             rnd = _round(r["round"])
         except (TypeError, ValueError):
-            raise ValueError(
+            raise InputError(
                 f"{source}: client_eval record {i} has a round that is not a number: {r['round']!r}"
             ) from None
         out.append(ClientEval(method=str(r["method"]), seed=as_unit(r["seed"]), round=rnd, client=as_unit(r["client"]),
@@ -221,7 +222,7 @@ def load_fedhealth2_run(run_dir: Path) -> tuple[list[dict], FedHealth2Aggregate,
     metrics_path = Path(run_dir) / METRICS_FILE
     agg = aggregate_fedhealth2(records, source=str(metrics_path))
     if not agg.evaluations:
-        raise ValueError(f"{metrics_path}: no client_eval records with a round; nothing to report")
+        raise InputError(f"{metrics_path}: no client_eval records with a round; nothing to report")
     if agg.nan_evaluations:
         notes.append(f"{agg.nan_evaluations} of {agg.evaluations} client evaluations have no accuracy (NaN) "
                      "and are left out of the means.")

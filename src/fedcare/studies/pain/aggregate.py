@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedcare.errors import InputError
 from fedcare.evaluation.statistics import (
     Unit, as_float, as_unit, first_appearance, nanmean, nanstd, rank_sums, rank_units, sort_units, weighted_mean_sd,
 )
@@ -97,7 +98,7 @@ def _to_test_record(r: Mapping[str, Any] | ClientTestRecord, index: int, source:
         return None
     missing = [k for k in ("method", "seed", "session", "client", "n", "positives") if r.get(k) is None]
     if missing:
-        raise ValueError(f"{source}: test record {index} lacks {', '.join(missing)}")
+        raise InputError(f"{source}: test record {index} lacks {', '.join(missing)}")
     return ClientTestRecord(
         method=str(r["method"]), seed=as_unit(r["seed"]), session=as_unit(r["session"]), client=as_unit(r["client"]),
         n=as_float(r["n"]), positives=as_float(r["positives"]),

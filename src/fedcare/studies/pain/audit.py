@@ -6,7 +6,7 @@ Why at the end and not after each session: it audits the models the clients go o
 it costs one attack per subject and view instead of one per session.
 
 **Members and non-members** (`membership_items`), per subject: members are the distinct
-(frame, variant) items of its last balanced training set (`train/<seed>/<last>`: what its
+(frame, variant) items of its last balanced training set (`TrainingSet(seed, last)`: what its
 final model last trained on). Non-members are items of the *same sessions* whose frame had no
 variant drawn into any of the subject's training sets of this seed (a rotated or flipped copy
 of a member would be a member in all but name). Both are matched per (session, label): the
@@ -60,10 +60,10 @@ MEMBERSHIP = "membership"  # the record type in metrics.jsonl
 def membership_items(site: PainSite, seed: int, upto: int, max_per_set: int) -> tuple[np.ndarray, np.ndarray]:
     """(members, non-members) of one subject as (session, frame, variant) rows, equally many
     per (session, label) and at most `max_per_set` each; see the module's docstring. `upto`
-    is the last training set's session (`PainSite.data("train/<seed>/<upto>")`)."""
+    is the last training set's session (`PainSite.data(TrainingSet(seed, upto))`)."""
     sessions, subject, per_class = site.sessions, site.subject, site.per_class
 
-    def drawn(u: int) -> np.ndarray | None:  # exactly the draw PainSite.data made for train/<seed>/<u>
+    def drawn(u: int) -> np.ndarray | None:  # exactly the draw PainSite.data made for TrainingSet(seed, u)
         last = min(u, len(sessions) - 1)
         return balance_items(sessions, last, per_class, numpy_rng(seed, "balance", subject, last))
 
@@ -98,7 +98,7 @@ class PainMembershipAudit:
     """The audit of one run: `run(federation, ...)` after a federation's last training phase."""
 
     def __init__(self, protocol, options: MembershipAudit):
-        sites = getattr(protocol.runtime, "sites", None)
+        sites = protocol.runtime.sites
         if sites is None or protocol.runtime.local_data is None:
             raise ConfigError("privacy.audit runs in this process only (it needs every client's model and frames "
                               "in one place); remove [privacy.audit] to run across sites")

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -26,6 +27,7 @@ from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
 from fedcare.data.transforms import precrop_size, preprocess, variant
 from fedcare.data.unbc.reader import UnbcDataset, load_for_run
+from fedcare.runtime.refs import DataRef
 from fedcare.seeding import numpy_rng
 
 VARIANTS_PER_FRAME = 4
@@ -223,14 +225,29 @@ def balance(sessions: list[Session], upto: int, per_class: int, rng: np.random.G
     return None if items is None else items_data(sessions, items)
 
 
+@dataclass(frozen=True)
+class TrainingSet(DataRef):
+    """The balanced training set of sessions 0..upto, drawn for run seed `seed` (`balance`)."""
+
+    kind: ClassVar[str] = "train"
+    seed: int
+    upto: int
+
+
+@dataclass(frozen=True)
+class SessionFrames(DataRef):
+    """Every frame of session `session` in its 4 variants (validation and test)."""
+
+    kind: ClassVar[str] = "session"
+    session: int
+
+
 class PainSite:
     """One subject's sessions as the site holding them sees them (a `fedcare.runtime.sites.Site`).
-    The study addresses the data by reference, so the same protocol code runs in process and
-    on Flower, where a site's frames never leave it:
+    The study addresses the data by reference (`TrainingSet`, `SessionFrames`), so the same
+    protocol code runs in process and on Flower, where a site's frames never leave it."""
 
-    - "train/<seed>/<upto>": the balanced training set of sessions 0..upto (`balance`);
-    - "session/<s>": every frame of session s in its 4 variants (validation and test).
-    """
+    data_refs: ClassVar[tuple[type[DataRef], ...]] = (TrainingSet, SessionFrames)
 
     def __init__(self, subject: int, sessions: list[Session], per_class: int, synthetic: bool):
         self.subject = self.client = subject
@@ -238,7 +255,7 @@ class PainSite:
         self.per_class = per_class
         self.synthetic = synthetic
         self._session_data: dict[int, ClientData] = {}
-        self._train: tuple[str, ClientData] | None = None
+        self._train: tuple[TrainingSet, ClientData] | None = None
 
     def summary(self) -> dict:
         """What the protocol needs to know about a site, and no more: how many sessions it
@@ -258,19 +275,17 @@ class PainSite:
             "examples": frames, "sessions": sum(len(s.labels) > 0 for s in self.sessions),
             "labels": {"no pain": frames - pain, "pain": pain}}}}
 
-    def data(self, ref: str) -> ClientData:
-        kind, _, rest = ref.partition("/")
-        if kind == "session":
-            s = int(rest)
+    def data(self, ref: DataRef) -> ClientData:
+        if isinstance(ref, SessionFrames):
+            s = ref.session
             if s not in self._session_data:
                 self._session_data[s] = self.sessions[s].as_client_data()
             return self._session_data[s]
-        if kind == "train":
+        if isinstance(ref, TrainingSet):
             # every round of a phase asks for the same set (fit, then after-aggregation): keep the last one
             if self._train is None or self._train[0] != ref:
-                seed, upto = (int(x) for x in rest.split("/"))
-                last = min(upto, len(self.sessions) - 1)
-                data = balance(self.sessions, last, self.per_class, numpy_rng(seed, "balance", self.subject, last))
+                last = min(ref.upto, len(self.sessions) - 1)
+                data = balance(self.sessions, last, self.per_class, numpy_rng(ref.seed, "balance", self.subject, last))
                 if data is None:
                     raise PainDataError(f"subject {self.subject}: no balanced training set up to session {last}")
                 self._train = (ref, data)

@@ -9,8 +9,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fedcare.config import Aggregation, DataSource, Experiment, LocalEpochs, Strict, Train
-from fedcare.data.common import THESIS_GROUP1, THESIS_GROUP2
+from fedcare.config import Aggregation, DataSource, Experiment, LocalEpochs, Rounds, Strict, Train
+from fedcare.data.unbc.groups import THESIS_GROUP1, THESIS_GROUP2
 
 METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL|FBN)\((N|C|F)\))$")
 
@@ -55,9 +55,9 @@ class PainProtocol(Strict):
 class PainTrain(Train):
     # lr 1e-3 and batch_size 32: the thesis's, as Train's defaults
     local_epochs: LocalEpochs = 5
-    max_rounds: int = Field(30, ge=1)  # per session; an epoch for centralized training
+    rounds: Rounds = 30  # per session, at most: early stopping after `patience` rounds without a better validation loss
     patience: int = Field(5, ge=1)
-    pretrain_max_rounds: int = Field(30, ge=1)
+    pretrain_rounds: Rounds = 30  # the same for pretraining
     pretrain_patience: int = Field(5, ge=1)
     aggregation: Aggregation = "uniform"  # thesis code: unweighted np.mean
     client_fraction: float = Field(1.0, gt=0, le=1)
@@ -83,6 +83,8 @@ class PainExperiment(Experiment):
     train: PainTrain = PainTrain()
     pfdl: PFDLOptions = PFDLOptions()
     offers_membership_audit: ClassVar[bool] = True  # [privacy.audit]: fedcare.studies.pain.audit
+    renamed: ClassVar[dict[str, str]] = {"train.max_rounds": "train.rounds",  # until 0.3: every study says rounds
+                                         "train.pretrain_max_rounds": "train.pretrain_rounds"}
 
     @model_validator(mode="after")
     def _pretraining(self) -> "PainExperiment":

@@ -13,7 +13,7 @@ from fedcare.models.pain_cnn import PainCNN, glorot_init
 from fedcare.runtime.federation import Federation, PhaseResult
 from fedcare.seeding import numpy_rng, torch_generator
 from fedcare.studies.base import StudyProtocol
-from fedcare.studies.pain.cohort import pretraining_sets
+from fedcare.studies.pain.cohort import SessionFrames, TrainingSet, pretraining_sets
 from fedcare.studies.pain.methods import Method
 
 
@@ -70,26 +70,26 @@ class PainProtocol(StudyProtocol):
         """The protocol's subjects whose site has joined (on Flower a site may be missing)."""
         return [k for k in self.config.protocol.subjects if k in self.summaries]
 
-    def session_refs(self, session: int) -> dict[int, str]:
+    def session_refs(self, session: int) -> dict[int, SessionFrames]:
         """Subjects with frames in `session`, each with the reference to them."""
         refs = {}
         for k in self.subjects():
             summary = self.summaries[k]
             if session < summary["sessions"] and summary["has_frames"][session]:
-                refs[k] = f"session/{session}"
+                refs[k] = SessionFrames(session)
         return refs
 
-    def training_sets(self, seed: int, upto: int) -> dict[int, str]:
+    def training_sets(self, seed: int, upto: int) -> dict[int, TrainingSet]:
         refs = {}
         for k in self.subjects():
             summary = self.summaries[k]
             if summary["trainable"][min(upto, summary["sessions"] - 1)]:
-                refs[k] = f"train/{seed}/{upto}"
+                refs[k] = TrainingSet(seed, upto)
         return refs
 
     # -- models -----------------------------------------------------------------------
     def new_model(self, state: dict | None = None, seed: int = 0) -> PainCNN:
-        model = self.study.new_model()
+        model = self.study.composed.new_model()
         if state is None:
             glorot_init(model, torch_generator(seed, "init"))
         else:
@@ -109,7 +109,7 @@ class PainProtocol(StudyProtocol):
         federation = self.runtime.federation(self.new_model(init_state), algorithm, seed, t.client_fraction,
                                              label={"method": label, "seed": seed})
         result = federation.train_phase(
-            phase, train, val, max_rounds=t.pretrain_max_rounds, patience=t.pretrain_patience,
+            phase, train, val, max_rounds=t.pretrain_rounds, patience=t.pretrain_patience,
             on_round=lambda info: self._round_record(label, seed, phase, info),
         )
         self._phase_record(label, seed, phase, result)
@@ -147,7 +147,7 @@ class PainProtocol(StudyProtocol):
                 val = self.session_refs(s)
                 phase = f"session-{s}"
                 result = federation.train_phase(
-                    phase, train, val, max_rounds=t.max_rounds, patience=t.patience,
+                    phase, train, val, max_rounds=t.rounds, patience=t.patience,
                     on_round=lambda info: self._round_record(method.label, seed, phase, info),
                 )
                 self._phase_record(method.label, seed, phase, result)

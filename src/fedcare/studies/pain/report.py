@@ -24,11 +24,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedcare.errors import InputError
 from fedcare.privacy.report import membership_plot, membership_table
 from fedcare.report import write_report
 from fedcare.report.html import render_run_page, table_block
-from fedcare.report.plots import method_bars, method_lines, plot_val_loss
+from fedcare.report.plots import method_bars, method_lines
 from fedcare.report.tables import Table, fmt_rank, pct, pct_pm, unit_label
+from fedcare.studies.pain.plots import plot_val_loss
 from fedcare.studies.pain.aggregate import (
     METRIC_LABELS, METRICS, PRIMARY_METRICS, RunAggregate, ThresholdSummary, aggregate, threshold_summaries,
 )
@@ -45,7 +47,7 @@ def load_run(run_dir: Path) -> tuple[list[dict], RunAggregate, list[str]]:
     metrics_path = Path(run_dir) / METRICS_FILE
     agg = aggregate(records, source=str(metrics_path))
     if not agg.methods:
-        raise ValueError(f"{metrics_path}: no test records (client_eval records with a session); nothing to report")
+        raise InputError(f"{metrics_path}: no test records (client_eval records with a session); nothing to report")
     if not agg.summary or all(s.records == 0 for s in agg.summary.values()):
         notes.append("No test record has positives: every record was masked out, all values are NA.")
     return records, agg, notes

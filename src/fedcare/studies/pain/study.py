@@ -41,6 +41,9 @@ class PainStudy(Study):
     def algorithm_names(self) -> list[str]:
         return sorted({a for m in self.config.methods if (a := Method.parse(m).algorithm) is not None})
 
+    def sample_ref(self) -> str:
+        return "session/0"
+
     # -- data --------------------------------------------------------------------------
     def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:
         """Read (or, for [data.synthetic], generate into `workdir`) and preprocess the cohort:
@@ -63,7 +66,7 @@ class PainStudy(Study):
                              progress, store_dir=workdir)
         sites = {k: PainSite(k, cohort.sessions[k], protocol.balance_per_class, cohort.synthetic)
                  for k in protocol.subjects}
-        return LocalRuntime(sites, self.algorithm, synthetic=cohort.synthetic, local_data=cohort,
+        return LocalRuntime(sites, self.composed.algorithm, synthetic=cohort.synthetic, local_data=cohort,
                             notes=[SYNTHETIC_NOTE] if cohort.synthetic else [])
 
     def clients(self) -> list[int]:

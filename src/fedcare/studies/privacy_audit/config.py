@@ -3,11 +3,11 @@ are errors naming the key. The defaults are `fedcare demo privacy_audit`'s."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedcare.config import Experiment, Strict
+from fedcare.config import Aggregation, BatchSize, Experiment, LearningRate, LocalEpochs, Rounds, Strict, Train
 
 AUDIT_METHODS = ("FedAvg", "PFDL", "FedBN", "local")
 
@@ -23,9 +23,8 @@ class AuditData(Strict):
 
 
 class AuditProtocol(Strict):
-    rounds: int = Field(6, ge=1)
-    # DP-SGD's noise multipliers, each audited after the plain run (FedBN runs plain only:
-    # DP-SGD's GroupNorm replaces its BatchNorm, leaving FedAvg)
+    # DP-SGD's noise multipliers, each audited after the plain run (FedBN runs plain only: under
+    # DP-SGD its BatchNorm becomes a private GroupNorm, another model than the plain FedBN's)
     noise_multipliers: list[float] = Field(default_factory=lambda: [0.6, 1.5])
     max_grad_norm: float = Field(1.0, gt=0)  # DP-SGD's C
     delta: float = Field(1e-5, gt=0, lt=1)  # the delta epsilon is reported at
@@ -60,11 +59,12 @@ class AuditProtocol(Strict):
         return self
 
 
-class AuditTrain(Strict):
-    lr: float = Field(0.1, gt=0)
-    batch_size: int = Field(16, ge=2)
-    local_epochs: int = Field(4, ge=1)
-    aggregation: Literal["examples", "uniform"] = "uniform"
+class AuditTrain(Train):
+    rounds: Rounds = 6  # per audited case (protocol.rounds before 0.3)
+    lr: LearningRate = 0.1
+    batch_size: BatchSize = 16
+    local_epochs: LocalEpochs = 4
+    aggregation: Aggregation = "uniform"
     pfdl_finetune_epochs: int = Field(2, ge=0)
 
 
@@ -90,6 +90,7 @@ class PrivacyAuditExperiment(Experiment):
     protocol: AuditProtocol = AuditProtocol()
     train: AuditTrain = AuditTrain()
     inversion: InversionOptions = InversionOptions()
+    renamed: ClassVar[dict[str, str]] = {"protocol.rounds": "train.rounds"}  # until 0.3: every study says train.rounds
 
     @model_validator(mode="after")
     def _no_privacy_table(self) -> "PrivacyAuditExperiment":

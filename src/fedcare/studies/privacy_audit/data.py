@@ -2,8 +2,8 @@
 
 - the membership audit's clients (`AuditSite`): each holds few noisy images of a weak class
   pattern with its own offset and 20% of its labels flipped (memorisable), drawn in memory from
-  (run seed, client); references "train/<seed>" (the members) and "test/<seed>" (held out:
-  the non-members);
+  (run seed, client); references `SeededSplit("train", seed)` (the members),
+  `SeededSplit("test", seed)` (held out: the non-members) and `Shadow(seed, index)`;
 - the gradient inversion's frames (`InversionFrames`): one subject written by fedcare's pain
   generator into the run directory and read back with the pain study's preprocessing.
 """
@@ -11,12 +11,16 @@
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from fedcare.algorithms.training import ClientData, as_float
+from fedcare.runtime.refs import DataRef, SeededSplit
+from fedcare.config import ConfigError
 from fedcare.seeding import numpy_rng, torch_generator
 from fedcare.studies.privacy_audit.config import AuditData
 from fedcare.studies.rundir import SYNTHETIC_DIR
@@ -50,12 +54,20 @@ def synthetic_client(client: int, seed: int, data: AuditData, shadows: int = 0) 
     return tuple(sets)
 
 
+@dataclass(frozen=True)
+class Shadow(DataRef):
+    """LiRA's `index`-th shadow training set of a client (1..shadows) for run seed `seed`."""
+
+    kind: ClassVar[str] = "shadow"
+    seed: int
+    index: int
+
+
 class AuditSite:
-    """One audit client (a `fedcare.runtime.sites.Site`); its sets are drawn once per run seed.
-    References: "train/<seed>" (the members), "test/<seed>" (held out: the non-members),
-    "shadow<s>/<seed>" (LiRA's s-th shadow training set, s in 1..shadows)."""
+    """One audit client (a `fedcare.runtime.sites.Site`); its sets are drawn once per run seed."""
 
     synthetic = True
+    data_refs: ClassVar[tuple[type[DataRef], ...]] = (SeededSplit, Shadow)
 
     def __init__(self, client: int, data: AuditData, shadows: int = 0):
         self.client = client
@@ -66,16 +78,16 @@ class AuditSite:
     def summary(self) -> dict:
         return {"train": self.config.train, "test": self.config.test}
 
-    def data(self, ref: str) -> ClientData:
-        kind, _, seed = ref.partition("/")
-        shadow = kind.removeprefix("shadow")
-        if kind not in ("train", "test") and not (shadow.isdigit() and 1 <= int(shadow) <= self.shadows) \
-                or not seed.lstrip("-").isdigit():
+    def data(self, ref: DataRef) -> ClientData:
+        if isinstance(ref, Shadow) and 1 <= ref.index <= self.shadows:
+            index = 1 + ref.index
+        elif isinstance(ref, SeededSplit) and ref.name in ("train", "test"):
+            index = int(ref.name == "test")
+        else:
             raise ValueError(f"unknown privacy audit data reference {ref!r}")
-        if int(seed) not in self._sets:  # one seed at a time
-            self._sets = {int(seed): synthetic_client(self.client, int(seed), self.config, self.shadows)}
-        index = {"train": 0, "test": 1}[kind] if kind in ("train", "test") else 1 + int(shadow)
-        return self._sets[int(seed)][index]
+        if ref.seed not in self._sets:  # one seed at a time
+            self._sets = {ref.seed: synthetic_client(self.client, ref.seed, self.config, self.shadows)}
+        return self._sets[ref.seed][index]
 
 
 # -- the gradient inversion's frames ------------------------------------------------------
@@ -107,7 +119,7 @@ def synthetic_frames(count: int, image_size: int, seed: int, folder: Path | None
     items = [item for s in sorted(sessions) for item in sessions[s]]
     images, labels = np.stack([i for i, _ in items]), np.array([y for _, y in items])
     if len(images) < count:
-        raise ValueError(f"inversion.batch = {count}: the synthetic subject has only {len(images)} frames")
+        raise ConfigError(f"inversion.batch = {count}: the synthetic subject has only {len(images)} frames")
     pick = np.sort(numpy_rng(seed, "inversion-frames").choice(len(images), count, replace=False))
     x = as_float(torch.from_numpy(images[pick]).unsqueeze(1).contiguous())
     return x, torch.from_numpy(labels[pick].astype(np.float32))

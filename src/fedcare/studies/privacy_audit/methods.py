@@ -51,7 +51,8 @@ def budget_of(level: Level) -> float | None:
 
 def cases(config: PrivacyAuditExperiment) -> list[tuple[Level, str]]:
     """(level, method) of every audited case, levels first: plain, each noise multiplier, the
-    budget. FedBN runs plain only: DP-SGD's GroupNorm replaces its BatchNorm, leaving FedAvg."""
+    budget. FedBN runs plain only: under DP-SGD its BatchNorm becomes a private GroupNorm, another
+    model than the plain FedBN's."""
     p = config.protocol
     budget = [f"{BUDGET_LEVEL}{p.target_epsilon:g}"] if p.target_epsilon is not None else []
     levels = [None, *p.noise_multipliers, *budget]
@@ -64,7 +65,7 @@ def dp_sgd(level: Level, config: PrivacyAuditExperiment) -> Privacy | None:
         return None
     if isinstance(level, str):  # planned: the fit epochs of every round; PFDL's fine-tuning comes on top
         return Privacy(dp_sgd=DPSGD(target_epsilon=budget_of(level), max_grad_norm=p.max_grad_norm, delta=p.delta,
-                                    budget_epochs=p.rounds * config.train.local_epochs))
+                                    budget_epochs=config.train.rounds * config.train.local_epochs))
     return Privacy(dp_sgd=DPSGD(noise_multiplier=level, max_grad_norm=p.max_grad_norm, delta=p.delta))
 
 

@@ -1,7 +1,7 @@
 """The privacy audit's protocol, per seed:
 
 1. **Membership inference**, one unit per case (a method, plain or under DP-SGD at one noise
-   level): `protocol.rounds` rounds of the method on the audit clients, then the loss attack
+   level): `train.rounds` rounds of the method on the audit clients, then the loss attack
    (`fedcare.privacy.audit`) on every client's training examples against its held-out ones,
    from two places: a peer (the next client's model: FedAvg's global model; PFDL and FedBN:
    the shared layers with the peer's own private ones; local: a model that never saw the
@@ -31,8 +31,10 @@ import torch
 
 from fedcare.algorithms.base import DP_EPSILON
 from fedcare.privacy import private_model
+from fedcare.runtime.refs import DataRef, SeededSplit
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
+from fedcare.studies.privacy_audit.data import Shadow
 from fedcare.studies.privacy_audit.methods import (
     Level, algorithm_name, budget_of, cases, dp_sgd, level_label, one_run_cases, one_run_label, one_run_name,
 )
@@ -53,7 +55,7 @@ class PrivacyAuditProtocol(StudyProtocol):
 
     def facts(self) -> dict:
         d = self.config.data
-        return {"clients": d.clients, "members": d.train, "non_members": d.test, "rounds": self.config.protocol.rounds}
+        return {"clients": d.clients, "members": d.train, "non_members": d.test, "rounds": self.config.train.rounds}
 
     def run(self) -> None:
         for seed in self.config.seeds:
@@ -81,7 +83,8 @@ class PrivacyAuditProtocol(StudyProtocol):
         from fedcare.privacy.rmia import probabilities, scores as rmia_scores
 
         clients = sorted(self.runtime.summaries())
-        sets = {c: tuple(self.runtime.pool({c: f"{kind}/{seed}"}) for kind in ("train", "test")) for c in clients}
+        members, held_out = SeededSplit("train", seed), SeededSplit("test", seed)
+        sets = {c: tuple(self.runtime.pool({c: ref}) for ref in (members, held_out)) for c in clients}
 
         def losses(view: str, federation, of: dict | None = None) -> dict[int, tuple]:
             """Per client, the losses of its sets `of` (default: members, held-out) under its own or
@@ -92,10 +95,10 @@ class PrivacyAuditProtocol(StudyProtocol):
                 out[c] = tuple(per_example_losses(model, data, BINARY) for data in (of or sets)[c])
             return out
 
-        info, federation = self.train_case(seed, method, sigma, "train", seed)
+        info, federation = self.train_case(seed, method, sigma, members, seed)
         spent = {}
         if sigma is not None:  # each client's epsilon over the whole run (fit and fine-tuning): the budget table
-            spent = federation.privacy_spent({c: f"train/{seed}" for c in clients})
+            spent = federation.privacy_spent({c: members for c in clients})
             self.record_budget(seed, f"{method} ({level_label(sigma)})", spent, budget_of(sigma),
                                info.get("skipped_rounds", {}))
         target = {view: losses(view, federation) for view in ("own", "peer")}
@@ -105,12 +108,12 @@ class PrivacyAuditProtocol(StudyProtocol):
             accuracy.append(float(((scores > 0.5).float() == sets[c][1].y).float().mean()))
         shadows = {view: [] for view in target}
         # RMIA's population: each client's second public pool, in neither the target nor the reference model
-        population = {c: (self.runtime.pool({c: f"shadow2/{seed}"}),) for c in clients} \
+        population = {c: (self.runtime.pool({c: Shadow(seed, 2)}),) for c in clients} \
             if self.config.protocol.shadow_models >= 2 else {}
         target_population = {view: losses(view, federation, population) for view in target} if population else {}
         reference_population = {}
         for s in range(1, self.config.protocol.shadow_models + 1):
-            _, shadow = self.train_case(seed, method, sigma, f"shadow{s}", derive_seed(seed, "lira-shadow", s))
+            _, shadow = self.train_case(seed, method, sigma, Shadow(seed, s), derive_seed(seed, "lira-shadow", s))
             for view in shadows:
                 shadows[view].append(losses(view, shadow))
             if s == 1 and population:  # the first shadow federation is RMIA's one reference model
@@ -147,20 +150,20 @@ class PrivacyAuditProtocol(StudyProtocol):
                 "accuracy": float(np.mean(accuracy)), **result, "shadow_models": self.config.protocol.shadow_models,
                 "clients": len(clients), "members": self.config.data.train, "non_members": self.config.data.test}
 
-    def train_case(self, seed: int, method: str, sigma: Level, data: str, own_seed: int, name: str | None = None):
+    def train_case(self, seed: int, method: str, sigma: Level, data: DataRef, own_seed: int, name: str | None = None):
         """(last round's info with each client's skipped rounds, federation) of the case's method at its level after
-        `protocol.rounds` rounds on each client's `<data>/<seed>` set; `own_seed` seeds its
+        `train.rounds` rounds on each client's `data` set; `own_seed` seeds its
         randomness (torch's global generator for the model's init, for this federation only;
         batches and DP-SGD's noise): the run seed for the target, a derived one per shadow.
         `name`: another algorithm of the same model (the one-run audit's)."""
         clients = sorted(self.runtime.summaries())
         with torch.random.fork_rng():
             torch.manual_seed(own_seed)
-            model = private_model(self.study.new_model(), dp_sgd(sigma, self.config))
+            model = private_model(self.study.composed.new_model(), dp_sgd(sigma, self.config))
             federation = self.runtime.federation(model, name or algorithm_name(method, sigma), own_seed)
             info, skipped = {}, Counter()
-            for rnd in range(1, self.config.protocol.rounds + 1):
-                info = federation.run_round("train", rnd, {c: f"{data}/{seed}" for c in clients})
+            for rnd in range(1, self.config.train.rounds + 1):
+                info = federation.run_round("train", rnd, {c: data for c in clients})
                 skipped.update(info.get("skipped", []))  # out of budget: these clients did not train this round
         return {**info, "skipped_rounds": dict(skipped)}, federation
 
@@ -175,8 +178,8 @@ class PrivacyAuditProtocol(StudyProtocol):
         from fedcare.privacy.report import EPSILON_AUDIT
 
         label = one_run_label(protection, sigma)
-        info, _ = self.train_case(seed, method, sigma if protection == "dp_sgd" else None, "train", seed,
-                                  one_run_name(protection, sigma, method))
+        info, _ = self.train_case(seed, method, sigma if protection == "dp_sgd" else None, SeededSplit("train", seed),
+                                  seed, one_run_name(protection, sigma, method))
         point = {"seed": seed, "method": f"{method} ({label})", "privacy": label, "level": protection}
         if protection == "dp_sgd":
             audit = info[DP_AUDIT]

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fedcare.errors import InputError
 from fedcare.report import write_report
 from fedcare.report.html import render_run_page, table_block
 from fedcare.report.tables import Table
@@ -55,7 +56,7 @@ def _records(run_dir: Path) -> tuple[list[dict], list[dict], list[dict], list[di
     audit, inversion, frames, budget, epsilon_audit = ([r for r in records if r.get("type") == kind]
                                                        for kind in (AUDIT, INVERSION, FRAMES, BUDGET, EPSILON_AUDIT))
     if not audit and not inversion:
-        raise ValueError(f"{Path(run_dir) / METRICS_FILE}: no audit or inversion records")
+        raise InputError(f"{Path(run_dir) / METRICS_FILE}: no audit or inversion records")
     return audit, inversion, frames, budget, epsilon_audit
 
 
@@ -74,7 +75,7 @@ def _table(name: str, title: str, caption: str, columns: list[str], rows: list[d
 def audit_table(audit: list[dict]) -> Table:
     rows = [{**r, "epsilon": math.inf if r["epsilon"] is None else r["epsilon"]} for r in audit]
     first = audit[0]
-    fedbn = ("FedBN under DP-SGD is not run: GroupNorm replaces its BatchNorm, leaving FedAvg. "
+    fedbn = ("FedBN under DP-SGD is not run: DP-SGD replaces its BatchNorm by a private GroupNorm, another model. "
              if any(r["method"] == "FedBN" for r in audit) and any(r["epsilon"] is not None for r in audit) else "")
     return _table("privacy_audit", "Membership inference (loss attack) vs DP-SGD, synthetic data",
                   f"Mean over {first['clients']} clients of {first['members']} training (members) and "

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from fedcare.errors import InputError
 from fedcare.evaluation.statistics import as_float, nanmean
 
 ALTV, EGOV = "ALTV", "EGOV"
@@ -114,7 +115,7 @@ def index_run(records: Sequence[Mapping[str, Any]], source: str = "metrics.jsonl
     """Index the records; the client table comes from the "clients" record (written first)."""
     info = next((r for r in records if r.get("type") == "clients"), None)
     if info is None:
-        raise ValueError(f"{source}: no 'clients' record (not a surgical run, or it stopped before it started)")
+        raise InputError(f"{source}: no 'clients' record (not a surgical run, or it stopped before it started)")
     sizes = info["clients"]
     clients = list(sizes)
     run = Run(clients=clients, tools=list(info["tools"]),

@@ -12,7 +12,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fedcare.config import BatchSize, Experiment, LearningRate, LocalEpochs, ProximalMu, Strict, Train, listed_twice
+from fedcare.config import (BatchSize, Experiment, LearningRate, LocalEpochs, ProximalMu, Rounds, Strict, Train,
+                            listed_twice)
 
 CLIENT_NAMES = ("HEI1", "HEI2", "CHO1", "CHO2", "CHO3")  # the thesis's five clients (§5.1.1), in its order
 FL_METHODS = ("fedavg", "fedprox", "feddyn", "feddg", "fedrep")
@@ -81,7 +82,7 @@ class SurgicalModel(Strict):
 
 
 class SurgicalTrain(Train):
-    rounds: int = Field(50, ge=1)  # E_global; also the epochs of CENT and of each LOT model
+    rounds: Rounds = 50  # E_global; also the epochs of CENT and of each LOT model
     local_epochs: LocalEpochs = 1  # E_local of the FL methods
     batch_size: BatchSize = 128  # CENT, LOT and local FL alike (AlexNet 128, VGG-13 16)
     lr: LearningRate = 1e-3  # local SGD (no momentum, no weight decay), one-cycle maximum

@@ -1,5 +1,5 @@
 """The surgical study's data: the thesis's five clients (`fedcare.data.surgical.clients.thesis_clients`)
-as sites, each holding one institution's frames by reference ("train", "test").
+as sites, each holding one institution's frames by reference (`Split("train")`, `Split("test")`).
 
 Where the videos are
 --------------------
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ import torch
 from fedcare.algorithms.training import ClientData
 from fedcare.data.common import DataError
 from fedcare.data.surgical.clients import CLIENT_SOURCES, TOOLS, FrameCache, SurgicalClients, SurgicalVideo, default_cache_dir, thesis_clients
+from fedcare.runtime.refs import DataRef, Split
 from fedcare.studies.rundir import SYNTHETIC_DIR, Progress
 from fedcare.studies.surgical.config import SurgicalExperiment
 
@@ -92,8 +94,13 @@ class FrameStack:
         return NotImplemented
 
 
+TRAIN, TEST = Split("train"), Split("test")  # a client's frames of its training and test videos
+
+
 class SurgicalSite:
-    """One client (HEI1 .. CHO3): its training and test frames ("train", "test") and labels."""
+    """One client (HEI1 .. CHO3): its training and test frames (`Split("train")`, `Split("test")`) and labels."""
+
+    data_refs: ClassVar[tuple[type[DataRef], ...]] = (Split,)
 
     def __init__(self, client: str, sets: dict[str, ClientData], synthetic: bool, videos: dict[str, list[str]]):
         self.client = client
@@ -116,10 +123,10 @@ class SurgicalSite:
                              "labels": dict(zip(TOOLS, per_tool))}
         return {"unit": "frames", "splits": splits}
 
-    def data(self, ref: str) -> ClientData:
-        if ref not in self.sets:
-            raise ValueError(f"unknown surgical data reference {ref!r} (one of {', '.join(SPLITS)})")
-        return self.sets[ref]
+    def data(self, ref: DataRef) -> ClientData:
+        if not isinstance(ref, Split) or ref.name not in self.sets:
+            raise ValueError(f"unknown surgical data reference {ref!r} (a Split, one of {', '.join(SPLITS)})")
+        return self.sets[ref.name]
 
 
 def client_data(clients: SurgicalClients, client: str, split: str) -> ClientData:

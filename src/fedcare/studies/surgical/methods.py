@@ -64,6 +64,8 @@ class PersistentAdamWClient(ClientHalf):
     and put back into a fresh optimizer at the start of the next epoch (the learning rate comes
     from the one-cycle schedule, which knows the round)."""
 
+    batched_fit = False  # a fit of its own: not the library's to batch over clients
+
     def fit(self, model: nn.Module, message: Message, state: ClientState, data: ClientData, rng: Randomness):
         self.load(model, message, state).train()
         params = list(model.parameters())

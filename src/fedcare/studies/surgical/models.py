@@ -11,7 +11,7 @@ written out with two additions:
 - **Demo-only sizes**: `width` multiplies every convolution's channels and `hidden` is the width
   of the two hidden fully-connected layers. At width 1 and hidden 4096 the module paths,
   tensor shapes and even the random initial weights (same seed) are torchvision's
-  (tests/test_surgical_study.py checks this), so a torchvision state-dict file loads as it is.
+  (tests/studies/surgical/test_models.py checks this), so a torchvision state-dict file loads as it is.
 
 `load_weights(model, path)` loads such a file (e.g. the ImageNet weights
 alexnet-owt-7be5be79.pth, vgg13-19584684.pth, from a local copy: nothing is downloaded) into

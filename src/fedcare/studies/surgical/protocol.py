@@ -37,6 +37,7 @@ from fedcare.runtime.federation import POOLED, Federation
 from fedcare.seeding import derive_seed
 from fedcare.studies.base import StudyProtocol
 from fedcare.studies.surgical.config import FL_METHODS, SurgicalExperiment
+from fedcare.studies.surgical.data import TEST, TRAIN
 from fedcare.studies.surgical.methods import base_method, server_schedule
 from fedcare.studies.surgical.updates import UpdateStatistics
 
@@ -131,12 +132,12 @@ class SurgicalProtocol(StudyProtocol):
         global generator as it was), then `model.weights` if set."""
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(seed, "init"))
-            model = self.study.new_model()
+            model = self.study.composed.new_model()
         self.study.load_weights(model)
         return model.state_dict()
 
     def model_from(self, state: dict[str, torch.Tensor]) -> nn.Module:
-        model = self.study.new_model()
+        model = self.study.composed.new_model()
         model.load_state_dict(state)
         return model
 
@@ -148,7 +149,7 @@ class SurgicalProtocol(StudyProtocol):
         for seed in self.config.seeds:
             initial: dict[str, torch.Tensor] | None = None
             for method in self.config.methods:
-                runs = [(k, {k: "train"}) for k in clients] if method == "lot" else [(None, None)]
+                runs = [(k, {k: TRAIN}) for k in clients] if method == "lot" else [(None, None)]
                 for owner, train in runs:
                     key = (seed, method) if owner is None else (seed, method, owner)
                     if all(self.finished(*key, r) for r in range(1, self.config.train.rounds + 1)):
@@ -156,9 +157,9 @@ class SurgicalProtocol(StudyProtocol):
                     if initial is None:
                         initial = self.initial_state(seed)
                     if method == "cent":
-                        train = {POOLED: self.runtime.pool({c: "train" for c in clients})}
+                        train = {POOLED: self.runtime.pool({c: TRAIN for c in clients})}
                     elif train is None:
-                        train = {c: "train" for c in clients}
+                        train = {c: TRAIN for c in clients}
                     units = [(*key, r) for r in range(1, self.config.train.rounds + 1)]
                     point = {} if owner is None else {"model": owner}
                     self.stop_if_diverged(seed, method, units, functools.partial(
@@ -187,7 +188,7 @@ class SurgicalProtocol(StudyProtocol):
             if stats is not None:
                 for client, s in sorted(stats.last.items()):
                     self.record("client_update", method=method, seed=seed, round=rnd, client=client, **s)
-            self.evaluate_clients(federation, {c: "test" for c in clients}, METRICS, method=method, seed=seed,
+            self.evaluate_clients(federation, {c: TEST for c in clients}, METRICS, method=method, seed=seed,
                                   round=rnd, **point)
             if rnd == rounds and self.audit is not None and owner is None and method != "cent":
                 self.audit.run(federation, clients, method, seed, self.membership_sets, membership_losses)
@@ -203,4 +204,4 @@ class SurgicalProtocol(StudyProtocol):
         """[privacy.audit]'s members (the client's training frames) and non-members (its test
         frames: other videos, see docs/privacy.md on what that measures)."""
         site = self.runtime.sites[client]
-        return site.data("train"), site.data("test")
+        return site.data(TRAIN), site.data(TEST)

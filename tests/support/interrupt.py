@@ -1,0 +1,27 @@
+"""Ctrl-C in the middle of a run, at a chosen federation round."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+
+def interrupted_at_round(monkeypatch, n: int, start: Callable[[], object]) -> KeyboardInterrupt:
+    """Run `start()` with Ctrl-C arriving as the n-th federation round begins (every round of
+    every study goes through `Federation.run_round`); the interrupt, its patch undone."""
+    from fedcare.runtime.federation import Federation
+
+    real, calls = Federation.run_round, []
+
+    def stop(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "run_round", stop)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        start()
+    monkeypatch.undo()
+    return stopped.value
