@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from fedcare.errors import InputError, UserError
-from planted_study import plant, toy_experiment
+from support.planted_study import plant, toy_experiment
 
 BUGGY = '''\
-from toy_study import ToyStudy
-from toy_study.protocol import ToyProtocol
+from support.toy_study import ToyStudy
+from support.toy_study.protocol import ToyProtocol
 
 
 class Buggy(ToyProtocol):
@@ -43,7 +43,7 @@ def test_a_bug_in_a_study_is_a_traceback_naming_its_file_and_line(tmp_path, monk
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch):
-    plant(tmp_path, monkeypatch, "from toy_study import ToyStudy as STUDY\n")
+    plant(tmp_path, monkeypatch, "from support.toy_study import ToyStudy as STUDY\n")
     missing = tmp_path / "nowhere"
     config = toy_experiment(tmp_path / "toy.toml", data=f'root = "{missing}"\n')
     result = fedcare("run", str(config), "--out", str(tmp_path / "run"))

@@ -15,7 +15,7 @@ from fedcare.algorithms.training import Randomness, TrainSettings
 from fedcare.config import DPSGD, Privacy
 from fedcare.privacy import private_algorithm, private_model
 from fedcare.studies.run import run_study
-from tiny import tiny_data, tiny_model
+from support.tiny import tiny_data, tiny_model
 
 DP = Privacy(dp_sgd=DPSGD(noise_multiplier=0.5, max_grad_norm=1.0))
 SETTINGS = TrainSettings(lr=0.05, batch_size=8, local_epochs=1)
@@ -47,7 +47,7 @@ def test_fedbn_under_dp_sgd_is_not_fedavg(tmp_path):
     config = FedHealth2Experiment.model_validate({
         "study": "fedhealth2", "seeds": [1], "methods": ["fedavg", "fedbn"],
         "data": {"dataset": "pamap2", "synthetic": {"subjects": 3, "seconds_per_activity": 6.0}},
-        "protocol": {"clients": 4, "dirichlet_alpha": 1.0}, "train": {"rounds": 2, "pretrain_epochs": 1},
+        "protocol": {"clients": 4, "dirichlet_alpha": 1.0}, "train": {"rounds": 2, "pretrain_rounds": 1},
         "runtime": {"threads": 1}, "privacy": {"dp_sgd": {"noise_multiplier": 0.5, "max_grad_norm": 1.0}},
     })
     run = run_study(config, tmp_path / "run")

@@ -11,12 +11,12 @@ from fedcare.studies.checks import ModelOutputMismatch
 from fedcare.studies.load import load_config
 from fedcare.studies.run import run_study, stop_note
 from fedcare.tasks import BINARY, MULTICLASS, MultilabelTask
-from planted_study import plant, toy_experiment
+from support.planted_study import plant, toy_experiment
 
 WATCHED = '''
     import torch
-    from toy_study import ToyStudy
-    from toy_study.protocol import ToyProtocol
+    from support.toy_study import ToyStudy
+    from support.toy_study.protocol import ToyProtocol
 
     EVENTS = []  # what ran: the data read, the protocol started
     DRAWS = []  # the global generator's first draw in each protocol
@@ -73,7 +73,7 @@ def test_a_model_whose_outputs_do_not_fit_the_task_stops_the_run_before_training
     assert isinstance(error, ModelOutputMismatch)
     assert str(error) == ("the toy study's model (Sequential) does not fit its embedding task: the task needs "
                           "(examples, dimensions) embeddings for 4 examples, but the outputs are (4, 4, 1) (on 4 "
-                          "examples of 'train')")
+                          "examples of 'split/train')")
     assert events == ["data"]  # the data were read (the check runs on some), the protocol never started
 
 

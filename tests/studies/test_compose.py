@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import torch
 
+from fedcare.runtime.refs import Split
 from fedcare.algorithms.attack import AttackingClient
 from fedcare.algorithms.base import ServerHalf
 from fedcare.algorithms.robust import RobustServer
 from fedcare.algorithms.training import Randomness
 from fedcare.privacy.dp_sgd import DPSGDClient
 from fedcare.privacy.secagg import SecureAggClient
-from toy_study import ToyStudy
-from toy_study.config import ToyExperiment
-from toy_study.data import ToySite, generate
+from support.toy_study import ToyStudy
+from support.toy_study.config import ToyExperiment
+from support.toy_study.data import ToySite, generate
 
 SCALE = 3.0
 
@@ -54,7 +55,7 @@ def test_the_study_s_own_methods_stay_plain():
 
 def test_an_attacker_of_a_study_built_on_another_poisons_once(tmp_path):
     """Client 0's reply is received - scale x (its honest update): once, not scale squared."""
-    data = ToySite(0, generate(tmp_path, 3, 4, 12)).data("train")
+    data = ToySite(0, generate(tmp_path, 3, 4, 12)).data(Split("train"))
     study = BuiltOnToy(ATTACKED)
 
     def reply(algorithm) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

@@ -171,7 +171,7 @@ class Study(ABC):
         cannot build, or a protection that cannot cover it, stops the run up front."""
         return list(self.config.methods)
 
-    def sample_ref(self) -> str | None:
+    def sample_ref(self) -> DataRef | None:
         """A reference every site resolves to some of its training data: before the first unit
         the model runs on a few of those examples, and its output must fit the task
         (`fedcare.studies.checks`). None: no such check."""

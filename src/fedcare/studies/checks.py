@@ -72,8 +72,8 @@ def check_model_outputs(study: Study, runtime: StudyRuntime) -> None:
                 if problem is None:
                     task.evaluation_loss(outputs, y)
         except Exception as e:
-            e.add_note(f"raised by the check before training: {type(model).__name__} on {len(y)} examples of {ref!r}")
+            e.add_note(f"raised by the check before training: {type(model).__name__} on {len(y)} examples of '{ref}'")
             raise
     if problem is not None:
         raise ModelOutputMismatch(f"the {study.name} study's model ({type(model).__name__}) does not fit its "
-                                  f"{task.name} task: the task needs {problem} (on {len(y)} examples of {ref!r})")
+                                  f"{task.name} task: the task needs {problem} (on {len(y)} examples of '{ref}')")

@@ -16,6 +16,7 @@ from fedcare.algorithms.training import TrainSettings
 from fedcare.runtime.local import LocalRuntime
 from fedcare.studies.base import Study
 from fedcare.tasks import EmbeddingTask
+from fedcare.runtime.refs import Split
 
 from .config import ToyExperiment
 from .data import ToySite, generate
@@ -62,8 +63,8 @@ class ToyStudy(Study):
         sites = {k: ToySite(k, root) for k in range(d.clients)}
         return LocalRuntime(sites, self.composed.algorithm, synthetic=all(s.synthetic for s in sites.values()))
 
-    def sample_ref(self) -> str:
-        return "train"
+    def sample_ref(self) -> Split:
+        return Split("train")
 
     def clients(self) -> list[int]:
         return list(range(self.config.data.clients))

@@ -14,6 +14,7 @@ from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.preflight import Expectations
 from fedcare.runtime.sites import SiteError
 from fedcare.studies.base import Study
+from fedcare.runtime.refs import DataRef
 from fedcare.studies.facerec import data as frdata
 from fedcare.studies.facerec.config import FacerecExperiment
 from fedcare.studies.facerec.methods import make_algorithm
@@ -38,8 +39,8 @@ class FacerecStudy(Study):
     def algorithm(self, name: str) -> Algorithm:
         return make_algorithm(name, self.config)
 
-    def sample_ref(self) -> str:
-        return "train/local"
+    def sample_ref(self) -> DataRef:
+        return frdata.Training("local")
 
     def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:
         root = frdata.generate(self.config, workdir, progress) if self.config.data.synthetic else self.config.data.root

@@ -21,6 +21,7 @@ from fedcare.studies.fedhealth2.config import PRETRAINED_METHODS, FedHealth2Expe
 from fedcare.studies.fedhealth2.methods import make_algorithm
 from fedcare.studies.fedhealth2.protocol import FedHealth2Protocol
 from fedcare.studies.rundir import Progress
+from fedcare.runtime.refs import DataRef, SeededSplit
 
 
 class FedHealth2Study(Study):
@@ -43,8 +44,8 @@ class FedHealth2Study(Study):
     def algorithm(self, name: str) -> Algorithm:
         return make_algorithm(name, self.config)
 
-    def sample_ref(self) -> str:
-        return f"train/{self.config.seeds[0]}"
+    def sample_ref(self) -> DataRef:
+        return SeededSplit("train", self.config.seeds[0])
 
     # -- data --------------------------------------------------------------------------
     def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:

@@ -17,6 +17,7 @@ from fedcare.studies.privacy_audit.data import AuditSite, InversionFrames
 from fedcare.studies.privacy_audit.methods import SmallCNN, make_algorithm
 from fedcare.studies.privacy_audit.protocol import PrivacyAuditProtocol
 from fedcare.studies.rundir import Progress
+from fedcare.runtime.refs import DataRef, SeededSplit
 
 IN_PROCESS = ("the privacy audit attacks every client's model with other clients' data in one process; it does not "
               "run across sites")
@@ -37,8 +38,8 @@ class PrivacyAuditStudy(Study):
     def algorithm(self, name: str) -> Algorithm:
         return make_algorithm(name, self.config)
 
-    def sample_ref(self) -> str:
-        return f"train/{self.config.seeds[0]}"
+    def sample_ref(self) -> DataRef:
+        return SeededSplit("train", self.config.seeds[0])
 
     def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:
         """The audit clients (drawn in memory) and, as `local_data`, the inversion's frames

@@ -23,6 +23,7 @@ from fedcare.studies.surgical.methods import make_algorithm
 from fedcare.studies.surgical.models import build_model, load_weights
 from fedcare.studies.surgical.protocol import SurgicalProtocol
 from fedcare.tasks import positive_weights
+from fedcare.runtime.refs import DataRef
 
 
 class SurgicalStudy(Study):
@@ -61,8 +62,8 @@ class SurgicalStudy(Study):
             return []  # its algorithms need the data's tool counts: checked once the data are read
         return list(self.config.methods)
 
-    def sample_ref(self) -> str:
-        return "train"
+    def sample_ref(self) -> DataRef:
+        return sdata.TRAIN
 
     # -- data --------------------------------------------------------------------------
     def local_runtime(self, workdir: Path, progress: Progress | None) -> LocalRuntime:

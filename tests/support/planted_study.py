@@ -1,4 +1,4 @@
-"""A study planted by a test: the toy study (tests/toy_study) with whatever the test writes into
+"""A study planted by a test: the toy study (tests/support/toy_study) with whatever the test writes into
 a package `planted`, registered as "toy" (FEDCARE_STUDIES), and a toy experiment for it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fedcare.studies import registry
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]  # tests/: `support.toy_study` imports from there
 
 
 def plant(tmp_path: Path, monkeypatch, source: str) -> Path:
