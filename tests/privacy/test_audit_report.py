@@ -13,6 +13,7 @@ from fedcare.config import DPSGD, ClientDP, Privacy, PrivacyAudit
 from fedcare.privacy import PrivacyError
 from fedcare.privacy.dp_sgd import PerExampleClipNoise
 from fedcare.studies import registry
+from fedcare.studies.checks import check_methods
 from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from fedcare.studies.run import run_study
 
@@ -83,4 +84,4 @@ def test_the_section_keys_decide_which_audits_run():
         config(Privacy(audit=PrivacyAudit(max_per_set=50)))
     # refused before any data are read, as every protection an algorithm cannot take
     with pytest.raises(PrivacyError, match="privacy.audit.canary_clients: canary clients join client-level DP"):
-        registry.study_for(config(Privacy(audit=PrivacyAudit(canary_clients=5)))).check_privacy()
+        check_methods(registry.study_for(config(Privacy(audit=PrivacyAudit(canary_clients=5)))))
