@@ -4,6 +4,8 @@ module only mounts them. The lead mounts `data_app` as `fedcare data`."""
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from fedcare.data import registry
@@ -16,9 +18,28 @@ synth_app = typer.Typer(help="Generate synthetic datasets in the layout of a rea
 data_app.add_typer(summary_app, name="summary")
 data_app.add_typer(synth_app, name="synth")
 
-for _dataset in registry.names():
-    _commands = registry.part(_dataset, "commands")
-    for _name, _command in _commands.SUMMARY.items():
-        summary_app.command(_name)(_command)
-    for _name, _command in _commands.SYNTH.items():
-        synth_app.command(_name)(_command)
+
+def _mount() -> None:
+    """Every registered dataset's commands. An outside dataset (an entry point) that is
+    declared wrongly or cannot be imported is left out with one line on stderr saying why:
+    it never stops fedcare's other commands."""
+    try:
+        datasets = registry.names()
+    except KeyError as e:
+        print(f"fedcare: outside datasets left out: {e.args[0]}", file=sys.stderr)
+        datasets = list(registry.BUILT_IN)
+    for dataset in datasets:
+        try:
+            commands = registry.part(dataset, "commands")
+        except ImportError as e:
+            if dataset in registry.BUILT_IN:
+                raise
+            print(f"fedcare: dataset {dataset!r} left out: its commands cannot be imported ({e})", file=sys.stderr)
+            continue
+        for name, command in commands.SUMMARY.items():
+            summary_app.command(name)(command)
+        for name, command in commands.SYNTH.items():
+            synth_app.command(name)(command)
+
+
+_mount()

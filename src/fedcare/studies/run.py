@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fedcare.config import ConfigError, Experiment
 from fedcare.errors import InputError
@@ -61,9 +62,9 @@ def resume_study(partial: Path, *, progress: Progress | None = None,
     sites (`runtime_factory`: `fedcare flower run --resume`), a local one in this process."""
     run = RunDirectory.reopen(partial)
     try:
-        config = load_config(run.partial / "config.toml")
-        saved = Checkpoint.load(run.partial)
         info = read_run_info(run.partial)[0]
+        config = load_config(run.partial / "config.toml", recorded=info.get("study_source"))
+        saved = Checkpoint.load(run.partial)
     except BaseException:
         run.release()
         raise
@@ -73,12 +74,12 @@ def resume_study(partial: Path, *, progress: Progress | None = None,
                          f"{run.partial} --federation NAME" if runtime_factory is None else
                          f"{run.partial}: a run in one process continues there: fedcare resume {run.partial}")
     return _run(run, config, config_file=str(info.get("config_file", "")), progress=progress, keep_partial=True,
-                runtime_factory=runtime_factory, saved=saved or {})
+                runtime_factory=runtime_factory, saved=saved or {}, recorded=info.get("study_source"))
 
 
 def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: Progress | None, keep_partial: bool,
-         runtime_factory: RuntimeFactory | None, saved: dict | None) -> Path:
-    study = registry.study_for(config)
+         runtime_factory: RuntimeFactory | None, saved: dict | None, recorded: Any = None) -> Path:
+    study = registry.study_for(config, recorded)
     record = RunRecord(run, study, resumed=saved is not None)
     records = checkpoint = None
     try:
@@ -87,6 +88,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         if record.resumed:
             _check_same_experiment(run.partial, record.before)
         record.begin(config_file)
+        record.update(study_source=_source(study, recorded))
         offset = saved.get("offset", 0) if record.resumed else None  # a resume drops what an unfinished unit wrote
         records = RecordsWriter(run.partial / METRICS_FILE, truncate_to=offset)
         check_methods(study)  # before any data are read: every method builds, with its stack
@@ -113,6 +115,14 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             records.close()
         e.add_note(_stopped(run, record, e, keep_partial, checkpoint))
         raise
+
+
+def _source(study: Study, recorded: Any) -> dict:
+    """Where the study comes from, for run.json: as registered now, else as the run recorded it."""
+    try:
+        return registry.source_of(study.name).record()
+    except registry.UnknownStudy:
+        return dict(recorded)
 
 
 def _check_robustness(study: Study, runtime: StudyRuntime) -> None:
@@ -159,7 +169,7 @@ def study_of_run(run_dir: Path) -> tuple[type[Study], dict, list[str]]:
     run_info, notes = read_run_info(run_dir)
     name = str(run_info.get("study") or registry.DEFAULT_STUDY).strip()
     try:
-        study = registry.get(name)
+        study = registry.get(name, run_info.get("study_source"))
     except registry.UnknownStudy as e:
         raise InputError(f"{Path(run_dir) / 'run.json'}: {e}") from None
     return study, run_info, notes
