@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from importlib.resources import files
@@ -186,9 +187,15 @@ class Study(ABC):
     # -- report (from a run directory alone) -------------------------------------------
     @classmethod
     def demo_config(cls) -> Path | None:
-        """The experiment `fedcare demo <name>` runs: `configs/<name>/demo.toml` in the package."""
-        path = Path(str(files("fedcare") / "configs" / cls.name / "demo.toml"))
-        return path if path.is_file() else None
+        """The experiment `fedcare demo <name>` runs: `demo.toml` in the study's own package
+        (beside its modules; how a study from another package ships its demo), else
+        `configs/<name>/demo.toml` in fedcare's (the built-in studies')."""
+        spec = getattr(sys.modules.get(cls.__module__), "__spec__", None)
+        own = [files(spec.parent) / "demo.toml"] if spec is not None and spec.parent else []
+        for path in (*own, files("fedcare") / "configs" / cls.name / "demo.toml"):
+            if path.is_file():
+                return Path(str(path))
+        return None
 
     @classmethod
     def build_report(cls, run_dir: Path, run_info: Mapping[str, Any], notes: list[str]) -> Path:
