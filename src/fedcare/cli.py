@@ -25,8 +25,10 @@ from fedcare.studies import registry
 
 app = typer.Typer(help="fedcare: personalized, privacy-preserving federated learning on healthcare data.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
+new_app = typer.Typer(help="Start your own: `fedcare new study NAME DIR` writes a study package.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(flower_app, name="flower")
+app.add_typer(new_app, name="new")
 console = Console(stderr=True)
 
 
@@ -204,6 +206,58 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by
     except OSError as e:
         _fail(_os_error(e))
     _print_summary(run_dir)
+
+
+@app.command()
+def studies() -> None:
+    """List what is registered: each study (where it comes from, what it is, whether it has a demo), then the
+    datasets and algorithms, and any registration that is broken."""
+    from rich.table import Table
+
+    from fedcare.algorithms import catalogue
+    from fedcare.data import registry as datasets
+
+    found, conflicts = registry.sources()
+    table = Table("study", "source", "description", "demo", box=None, pad_edge=False)
+    for name, source in found.items():
+        try:
+            study = registry.get(name)
+            description, demo = study.description, "yes" if study.demo_config() is not None else "no"
+        except (registry.UnknownStudy, ImportError) as e:  # a broken package: said in its row
+            description, demo = f"cannot be loaded: {e}", "-"
+        where = source.describe() + ("" if source.kind == "built-in" else f" ({source.module})")
+        table.add_row(name, where, description, demo)
+    out = Console(soft_wrap=True)
+    out.print(table)
+    problems = registry.problems()
+    for kind, names in (("datasets", lambda: datasets.names()), ("algorithms", lambda: catalogue.names())):
+        try:
+            out.print(f"\n{kind}: {escape(', '.join(names()))}", highlight=False)
+        except (KeyError, ValueError) as e:  # a malformed or clashing entry point
+            problems.append(str(e.args[0]))
+    for line in problems:
+        out.print(f"[bold red]problem:[/] {escape(line)}", highlight=False)
+    if conflicts or problems:
+        raise typer.Exit(1)
+
+
+@new_app.command("study")
+def new_study(
+    name: Annotated[str, typer.Argument(help="The study's name (lower-case letters, digits, _), e.g. sepsis.")],
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="The new folder for the package (must not exist).")],
+) -> None:
+    """Write a new study as an installable package: pyproject.toml (registering it with fedcare), its config,
+    synthetic data, study, demo config and a test. `pip install -e DIR`, then `fedcare demo NAME` runs it."""
+    from fedcare.studies.scaffold import ScaffoldError, new_study as write
+
+    try:
+        out = write(name, directory)
+    except ScaffoldError as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(_os_error(e))
+    console.print(f"wrote the {name} study to {escape(str(out))}. Next:\n  pip install -e {escape(str(out))}\n"
+                  f"  fedcare demo {name}\n  python -m pytest {escape(str(out))}", highlight=False)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -397,7 +397,8 @@ def _verdict(agg: RoundsAggregate, metric: Metric) -> str:
             else "no method beats it")
     return (f"<p><b>Against a site alone.</b> The best model trained at one site alone is {esc(best)}: "
             f"{esc(metric.fmt(top))} {esc(metric.label)} averaged over every client's test data; "
-            f"{esc(said)} on the mean over clients.</p>")
+            f"{esc(said)} on the mean over clients. It is the best of {len(agg.site_models)} site models, chosen on "
+            f"these same test data, so its number leans optimistic; compare the differences with the seed SD.</p>")
 
 
 def _how_to_read(agg: RoundsAggregate, metric: Metric) -> str:
@@ -428,9 +429,11 @@ def build_tables(agg: RoundsAggregate, metric: Metric, records: Sequence[Mapping
     tables = [summary_table(agg, metric, rows, name="summary", title=f"Summary: {metric.name} per method "
                             "(final round)", caption=caption)]
     if agg.site_models:
-        tables.append(summary_table(agg, metric, list(agg.site_models), name="single_site",
-                                    title="Each site's model trained alone, scored at every client",
-                                    caption=caption))
+        tables.append(summary_table(
+            agg, metric, list(agg.site_models), name="single_site", title="Each site's model trained alone, scored "
+            "at every client", caption="Each row: the model trained at that site alone, then scored on every "
+            "client's test data (its own site's included); the columns as in the summary." + seeds_caption(
+                agg, list(agg.site_models))))
     tables.append(per_client_table(agg, metric, rows, name="per_client", title=f"{metric.name} per client "
                                    "(final round)", caption="Each cell: that client's final-round value with its "
                                    "own model, averaged over seeds; NA = no value."))
