@@ -89,3 +89,23 @@ def test_a_data_reference_is_a_split_and_a_seed():
     for bad in ("train", "valid/3", "test/x", "test/3/4"):
         with pytest.raises(ValueError, match="unknown data reference"):
             parse_data_ref(bad)
+
+
+def test_a_method_the_catalogue_lacks_stops_the_run_before_anything_trains(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from fedcare.cli import app
+    from fedcare.runtime.federation import Federation
+
+    src = scaffold(tmp_path / "pkg", "lacking")
+    config = src / "fedcare_lacking" / "config.py"
+    config.write_text(config.read_text().replace('"centralized")', '"centralized", "fedfoo")'))
+    monkeypatch.syspath_prepend(str(src))
+    monkeypatch.setenv(registry.ENVIRONMENT, "lacking=fedcare_lacking")
+    trained = []
+    monkeypatch.setattr(Federation, "run_round", lambda *a, **k: trained.append(1))
+    path = experiment(tmp_path / "x.toml", "lacking", methods=("fedavg", "fedfoo"))
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run")])
+    forget("fedcare_lacking")
+    assert result.exit_code == 2 and "unknown algorithm 'fedfoo'" in result.output, result.output
+    assert trained == [] and not (tmp_path / "run").exists() and not (tmp_path / "run.partial").exists()

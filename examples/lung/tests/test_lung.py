@@ -77,6 +77,27 @@ def test_a_short_run_evaluates_every_client_and_reports_the_best_single_site_mod
     assert CliRunner().invoke(app, ["report", str(out)]).exit_code == 0 and (out / "report.html").is_file()
 
 
+def test_an_interrupted_run_resumes_to_the_records_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    from fedcare.api import Federation, resume_study
+
+    config = load_config(STUDY.demo_config(), [*SMALL, 'methods=["fedavg", "single-site"]'])
+    whole = run_study(config, tmp_path / "whole")
+    real, calls = Federation.run_round, []
+
+    def stop_at_the_eighth_round(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 8:  # fedavg's 3 rounds and the first site's model done, the second site's midway
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "run_round", stop_at_the_eighth_round)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(config, tmp_path / "cut")
+    monkeypatch.setattr(Federation, "run_round", real)
+    resumed = resume_study(tmp_path / "cut.partial")
+    assert (resumed / "metrics.jsonl").read_bytes() == (whole / "metrics.jsonl").read_bytes()
+
+
 def test_same_config_same_numbers(tmp_path):
     config = load_config(STUDY.demo_config(), [*SMALL, 'methods=["fedavg"]'])
     first, second = run_study(config, tmp_path / "a"), run_study(config, tmp_path / "b")

@@ -359,8 +359,8 @@ def metrics_table(records: Sequence[Mapping[str, Any]], rows: Sequence[str]) -> 
     scores = [[math.nan] + [metric.score(aggs[metric.key].summary[m].mean) for metric in metrics] for m in rows]
     return Table(
         name="metrics", title="Every metric (final round, mean over clients)",
-        caption="Each client's own model on its own test data; plain mean over clients, then over seeds. "
-                "Percentages, except the loss.",
+        caption="Each client's own model (a single-site row: that site's model) on the client's own test data; "
+                "plain mean over clients, then over seeds. Percentages, except the loss.",
         columns=["Method"] + [m.label for m in metrics], rows=cells, scores=scores,
         csv_header=["method"] + present, csv_rows=[[m] + [aggs[k].summary[m].mean for k in present] for m in rows],
     )

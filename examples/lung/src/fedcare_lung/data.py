@@ -129,7 +129,7 @@ def sites(path: Path, horizon_days: int, min_patients: int, small_sites: str, te
     """Every client's site (or only client `only`'s) from one lung.csv, and its patients."""
     patients = read_patients(path, horizon_days)
     clients = client_of(patients, min_patients, small_sites)
-    names = sorted({c for c in clients if c and (only is None or c == only)})
+    names = sorted({str(c) for c in clients if c and (only is None or c == only)})  # plain str: checkpoints keep them
     if only is not None and not names:
         raise DataError(f"{path}: no patients of client {only!r} (clients here: {', '.join(sorted(set(clients) - {''}))})")
     return {c: LungSite(c, patients.x[clients == c], patients.y[clients == c], test_fraction) for c in names}, patients
