@@ -234,3 +234,5 @@ class RoundsStudy(Study):
         if pooled:
             raise ConfigError(f"{name}: methods {pooled} pool every client's data, which sites do not share; "
                               "they run in one process only (fedcare run)")
+        if not self.clients():
+            raise ConfigError(f"{name}: name the clients the sites hold in [deployment.sites]")
