@@ -45,3 +45,13 @@ def test_importing_the_api_loads_no_plotting():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_example_study_and_the_template_reach_fedcare_only_through_the_api():
+    root = Path(__file__).parents[1]
+    sources = [*(root / "examples").rglob("src/**/*.py"), *(root / "src" / "fedcare" / "studies" / "template").glob("*.tmpl")]
+    assert len(sources) >= 8
+    for path in sources:
+        for line in path.read_text().splitlines():
+            if re.match(r"\s*(from|import) fedcare[.\s]", line):
+                assert line.strip().startswith("from fedcare.api import"), f"{path.name}: {line.strip()}"
