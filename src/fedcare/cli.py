@@ -186,7 +186,7 @@ def demo(
         _fail(f"the {study} study has no demo")
     if out is None:
         out = Path("runs") / f"demo-{study}-{datetime.now():%Y%m%d-%H%M%S}"
-    console.print(f"[bold]fedcare demo {study}[/]: generating synthetic data and running the study.")
+    console.print(f"[bold]fedcare demo {study}[/]: running {escape(str(config))}.", highlight=False)
     _print_summary(_run(config, set_, out, keep_partial=False))
 
 

@@ -109,3 +109,19 @@ def test_a_method_the_catalogue_lacks_stops_the_run_before_anything_trains(tmp_p
     forget("fedcare_lacking")
     assert result.exit_code == 2 and "unknown algorithm 'fedfoo'" in result.output, result.output
     assert trained == [] and not (tmp_path / "run").exists() and not (tmp_path / "run.partial").exists()
+
+
+def test_single_site_models_with_secure_aggregation_are_refused_before_any_data(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(scaffold(tmp_path / "pkg")))
+    monkeypatch.setenv(registry.ENVIRONMENT, "sepsis=fedcare_sepsis")
+    try:
+        path = experiment(tmp_path / "x.toml", methods=("fedavg", "single-site"),
+                          extra="[privacy.secure_aggregation]\nthreshold = 0.75\n")
+        study = registry.study_for(load_config(path))
+        with pytest.raises(ConfigError, match="'single-site' trains at one site a round, and "
+                                              "privacy.secure_aggregation needs at least 2"):
+            study.check_privacy()
+        study.config = load_config(path, ['methods=["fedavg"]'])
+        study.check_privacy()  # FedAvg under secure aggregation is fine
+    finally:
+        forget("fedcare_sepsis")

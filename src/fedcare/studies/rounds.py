@@ -225,6 +225,10 @@ class RoundsStudy(Study):
     config: RoundsExperiment
 
     def algorithm(self, name: str) -> Algorithm:
+        privacy = self.config.privacy
+        if name == SINGLE_SITE and privacy is not None and privacy.secure_aggregation is not None:
+            raise ConfigError(f"methods: {SINGLE_SITE!r} trains at one site a round, and "
+                              "privacy.secure_aggregation needs at least 2 clients a round: leave out one of them")
         t = self.config.train
         settings = TrainSettings(lr=t.lr, batch_size=t.batch_size, local_epochs=t.local_epochs, task=self.task)
         return build("fedavg" if name == SINGLE_SITE else name, settings, weighting=t.aggregation, mu=t.mu)
