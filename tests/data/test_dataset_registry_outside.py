@@ -47,7 +47,7 @@ def fedcare(folder, *args):
 
 
 def test_an_outside_dataset_is_registered_with_its_three_modules_and_its_commands(ecg):
-    assert registry.names() == [*registry.BUILT_IN, "ecg"]
+    assert registry.names()[: len(registry.BUILT_IN)] == list(registry.BUILT_IN) and registry.names()[-1] == "ecg"
     assert hasattr(registry.part("ecg", "reader"), "read_ecg") and registry.part("ecg", "commands").SYNTH
     shown = fedcare(ecg, "data", "synth", "--help")
     assert shown.returncode == 0 and " ecg " in shown.stdout and " pain " in shown.stdout, shown.stderr
