@@ -26,6 +26,7 @@ from fedcare.data.common import SYNTHETIC_MARKER, DataError
 from fedcare.data.synthetic.output import atomic_directory
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
+from fedcare.runtime.refs import DataRef, SeededSplit, Split
 from fedcare.runtime.sites import Site, SiteError
 from fedcare.seeding import derive_seed, numpy_rng, torch_generator
 from fedcare.studies.base import Study, StudyProtocol, StudyRuntime
@@ -66,7 +67,8 @@ __all__ = [
     "Experiment", "Train", "Strict", "DataSource", "ConfigError", "LearningRate", "BatchSize", "LocalEpochs",
     "Aggregation", "ProximalMu",
     # data and sites
-    "ClientData", "ClientId", "Site", "SiteError", "DataError", "SYNTHETIC_MARKER", "atomic_directory",
+    "ClientData", "ClientId", "Site", "SiteError", "DataRef", "SeededSplit", "Split", "DataError", "SYNTHETIC_MARKER",
+    "atomic_directory",
     "LocalRuntime", "Federation",
     # tasks and training
     "Task", "BINARY", "MULTICLASS", "MultilabelTask", "EmbeddingTask", "TrainSettings", "SGD", "AdamW",

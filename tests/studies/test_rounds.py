@@ -9,6 +9,7 @@ import pytest
 from support.scaffolded import experiment, forget, scaffold
 
 from fedcare.config import ConfigError
+from fedcare.runtime.refs import SeededSplit, Split
 from fedcare.studies import registry
 from fedcare.studies.load import load_config
 from fedcare.studies.rounds import data_ref, parse_data_ref
@@ -85,8 +86,8 @@ def test_the_report_leads_with_the_metric_and_shows_the_best_single_site_model(r
 
 
 def test_a_data_reference_is_a_split_and_a_seed():
-    assert parse_data_ref(data_ref("test", 7)) == ("test", 7) and parse_data_ref("train/-1") == ("train", -1)
-    for bad in ("train", "valid/3", "test/x", "test/3/4"):
+    assert data_ref("test", 7) == SeededSplit("test", 7) and parse_data_ref(data_ref("train", -1)) == ("train", -1)
+    for bad in (SeededSplit("valid", 3), Split("test"), "test/3"):
         with pytest.raises(ValueError, match="unknown data reference"):
             parse_data_ref(bad)
 

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from flower_inprocess import run_experiment_on_flower
+from support.flower_inprocess import run_experiment_on_flower
 from support.scaffolded import experiment, forget, scaffold
 
 from fedcare.studies import registry

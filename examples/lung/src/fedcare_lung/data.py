@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedcare.api import ClientData, DataError, numpy_rng, parse_data_ref
+from fedcare.api import ClientData, DataError, SeededSplit, numpy_rng, parse_data_ref
 
 FILE = "lung.csv"
 FEATURES = ("age", "sex", "ph.ecog", "ph.karno", "pat.karno", "meal.cal", "wt.loss")
@@ -98,10 +98,11 @@ def split(y: np.ndarray, test_fraction: float, rng: np.random.Generator) -> tupl
 
 
 class LungSite:
-    """One client's patients (a `fedcare.api.Site`): "train/<seed>" and "test/<seed>" are its
-    split for that run seed, imputed and standardised from its own training split."""
+    """One client's patients (a `fedcare.api.Site`): `SeededSplit("train" or "test", seed)` is
+    its split for that run seed, imputed and standardised from its own training split."""
 
     synthetic = False
+    data_refs = (SeededSplit,)
 
     def __init__(self, client: str, x: np.ndarray, y: np.ndarray, test_fraction: float):
         if len(y) < 4 or len(np.unique(y)) < 2:
@@ -112,7 +113,7 @@ class LungSite:
     def summary(self) -> dict:
         return {"patients": len(self.y)}
 
-    def data(self, ref: str) -> ClientData:
+    def data(self, ref: SeededSplit) -> ClientData:
         which, seed = parse_data_ref(ref)
         train, test = split(self.y, self.test_fraction, numpy_rng(seed, "split", self.client))
         fit = self.x[train]

@@ -4,10 +4,12 @@ from; a name claimed twice is an error naming both; run.json records the source,
 resume` and `fedcare report` need nothing more."""
 
 import json
+import os
 import sys
 
 import pytest
 from support.distributions import fake_distribution
+from support.interrupt import interrupted_at_round
 from support.scaffolded import experiment, forget, scaffold
 from typer.testing import CliRunner
 
@@ -17,9 +19,6 @@ from fedcare.plugins import STUDIES
 from fedcare.studies import registry
 from fedcare.studies.load import load_config
 from fedcare.studies.run import run_study
-
-RUN_ONE_ROUND_THEN_STOP = 2  # Federation.run_round calls before Ctrl-C: one finished round
-
 
 @pytest.fixture
 def sepsis(tmp_path, monkeypatch):
@@ -66,27 +65,14 @@ def test_a_name_claimed_for_two_packages_is_an_error_naming_both(sepsis, tmp_pat
 
 
 def test_run_json_records_the_source_and_resume_and_report_need_no_variable(sepsis, tmp_path, monkeypatch):
-    from fedcare.runtime.federation import Federation
-
     monkeypatch.setenv(registry.ENVIRONMENT, "sepsis=fedcare_sepsis")
     path = experiment(tmp_path / "sepsis.toml", methods=("fedavg", "local"))
     whole = run_study(load_config(path), tmp_path / "whole")
     assert json.loads((whole / "run.json").read_text())["study_source"] == {"kind": "environment",
                                                                             "module": "fedcare_sepsis"}
-    real, calls = Federation.run_round, []
-
-    def stop(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == RUN_ONE_ROUND_THEN_STOP:
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Federation, "run_round", stop)
-    stopped = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "cut")])
-    assert stopped.exit_code == 130 and (tmp_path / "cut.partial").is_dir(), stopped.output
-    monkeypatch.setattr(Federation, "run_round", real)
-    monkeypatch.delenv(registry.ENVIRONMENT)  # a new shell: only run.json says where the study is
-    assert "sepsis" not in registry.names()
+    # Ctrl-C in round 2; the patches undone with it: a new shell, where only run.json says where the study is
+    interrupted_at_round(monkeypatch, 2, lambda: run_study(load_config(path), tmp_path / "cut"))
+    assert registry.ENVIRONMENT not in os.environ and "sepsis" not in registry.names()
     resumed = CliRunner().invoke(app, ["resume", str(tmp_path / "cut.partial")])
     assert resumed.exit_code == 0, resumed.output
     assert (tmp_path / "cut" / "metrics.jsonl").read_bytes() == (whole / "metrics.jsonl").read_bytes()
