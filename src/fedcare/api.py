@@ -24,6 +24,7 @@ from fedcare.config import (
 )
 from fedcare.data.common import SYNTHETIC_MARKER, DataError
 from fedcare.data.synthetic.output import atomic_directory
+from fedcare.errors import InputError, UserError
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.refs import DataRef, SeededSplit, Split
@@ -69,6 +70,8 @@ __all__ = [
     # data and sites
     "ClientData", "ClientId", "Site", "SiteError", "DataRef", "SeededSplit", "Split", "DataError", "SYNTHETIC_MARKER",
     "atomic_directory",
+    # errors
+    "UserError", "InputError",
     "LocalRuntime", "Federation",
     # tasks and training
     "Task", "BINARY", "MULTICLASS", "MultilabelTask", "EmbeddingTask", "TrainSettings", "SGD", "AdamW",

@@ -216,6 +216,7 @@ def studies() -> None:
 
     from fedcare.algorithms import catalogue
     from fedcare.data import registry as datasets
+    from fedcare.plugins import PluginError
 
     found, conflicts = registry.sources()
     table = Table("study", "source", "description", "demo", box=None, pad_edge=False)
@@ -233,8 +234,8 @@ def studies() -> None:
     for kind, names in (("datasets", lambda: datasets.names()), ("algorithms", lambda: catalogue.names())):
         try:
             out.print(f"\n{kind}: {escape(', '.join(names()))}", highlight=False)
-        except (KeyError, ValueError) as e:  # a malformed or clashing entry point
-            problems.append(str(e.args[0]))
+        except PluginError as e:  # a malformed or clashing entry point
+            problems.append(str(e))
     for line in problems:
         out.print(f"[bold red]problem:[/] {escape(line)}", highlight=False)
     if conflicts or problems:

@@ -20,12 +20,19 @@ import re
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
+from fedcare.errors import UserError
+
 STUDIES = "fedcare.studies"
 DATASETS = "fedcare.datasets"
 ALGORITHMS = "fedcare.algorithms"
 
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # a study, dataset or algorithm name
+
+
+class PluginError(UserError, ValueError):
+    """An entry point declared wrongly, or a name two sources claim; the message names the
+    distributions (the user fixes it by uninstalling or renaming one)."""
 
 
 @dataclass(frozen=True)

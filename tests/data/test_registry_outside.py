@@ -10,7 +10,7 @@ import pytest
 from support.distributions import fake_distribution, write_package
 
 from fedcare.data import registry
-from fedcare.plugins import DATASETS
+from fedcare.plugins import DATASETS, PluginError
 
 COMMANDS = '''
 import typer
@@ -59,7 +59,7 @@ def test_a_name_fedcare_has_is_refused_naming_both_and_the_cli_still_works(ecg):
     fake_distribution(ecg / "b", "fedcare-unbc2", "1.0", {DATASETS: {"unbc": "fedcare_ecg"}})
     sys.path.insert(0, str(ecg / "b"))
     try:
-        with pytest.raises(KeyError, match=r"dataset 'unbc' is registered twice: fedcare.data.unbc \(fedcare\) and "
+        with pytest.raises(PluginError, match=r"dataset 'unbc' is registered twice: fedcare.data.unbc \(fedcare\) and "
                                            r"fedcare_ecg \(entry point of fedcare-unbc2 1.0\)"):
             registry.names()
         assert registry.part("unbc", "commands").SUMMARY  # a built-in dataset whatever others declare

@@ -36,7 +36,7 @@ from fedcare.algorithms.pfdl import pfdl
 from fedcare.algorithms.qfedavg import qfedavg
 from fedcare.algorithms.training import TrainSettings
 from fedcare.plugins import ALGORITHMS as GROUP
-from fedcare.plugins import Plugin, plugins, problem
+from fedcare.plugins import Plugin, PluginError, plugins, problem
 
 ALGORITHMS: dict[str, Callable[..., Algorithm]] = {
     "centralized": centralized, "local": local, "fedavg": fedavg, "fedprox": fedprox, "fedbn": fedbn,
@@ -51,19 +51,19 @@ def _options(factory: Callable[..., Algorithm]) -> set[str]:
 
 def outside() -> dict[str, Plugin]:
     """The algorithms other installed packages declare (entry points), by name; a malformed
-    declaration or a name declared twice (here or in the library) is a ValueError naming both."""
+    declaration or a name declared twice (here or in the library) is a PluginError naming both."""
     found: dict[str, Plugin] = {}
     for plugin in plugins(GROUP):
         why = problem(plugin) or (None if plugin.attribute else
                                   f"{GROUP} entry point {plugin.name!r} of {plugin.distribution}: {plugin.value!r} "
                                   "names no factory ('package.module:factory')")
         if why:
-            raise ValueError(why)
+            raise PluginError(why)
         if plugin.name in ALGORITHMS:
-            raise ValueError(f"algorithm {plugin.name!r} is fedcare's own and also {plugin.value} ({plugin.source}): "
+            raise PluginError(f"algorithm {plugin.name!r} is fedcare's own and also {plugin.value} ({plugin.source}): "
                              "rename it in that package")
         if plugin.name in found:
-            raise ValueError(f"algorithm {plugin.name!r} is declared twice: {found[plugin.name].value} "
+            raise PluginError(f"algorithm {plugin.name!r} is declared twice: {found[plugin.name].value} "
                              f"({found[plugin.name].source}) and {plugin.value} ({plugin.source})")
         found[plugin.name] = plugin
     return found
@@ -84,7 +84,7 @@ def factory(name: str) -> Callable[..., Algorithm]:
     plugin = plugins_found[name]
     made = getattr(importlib.import_module(plugin.module), plugin.attribute, None)
     if not callable(made):
-        raise ValueError(f"algorithm {name!r}: {plugin.value} is not a factory ({plugin.source})")
+        raise PluginError(f"algorithm {name!r}: {plugin.value} is not a factory ({plugin.source})")
     return made
 
 

@@ -9,6 +9,7 @@ import sys
 import typer
 
 from fedcare.data import registry
+from fedcare.plugins import PluginError
 
 data_app = typer.Typer(help="Check dataset copies and generate synthetic cohorts.", no_args_is_help=True)
 summary_app = typer.Typer(help="Check a dataset copy on disk and summarize it (counts, labels, problems).",
@@ -25,8 +26,8 @@ def _mount() -> None:
     it never stops fedcare's other commands."""
     try:
         datasets = registry.names()
-    except KeyError as e:
-        print(f"fedcare: outside datasets left out: {e.args[0]}", file=sys.stderr)
+    except PluginError as e:
+        print(f"fedcare: outside datasets left out: {e}", file=sys.stderr)
         datasets = list(registry.BUILT_IN)
     for dataset in datasets:
         try:

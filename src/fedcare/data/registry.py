@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from fedcare.plugins import DATASETS, plugins, problem
+from fedcare.plugins import DATASETS, PluginError, plugins, problem
 
 BUILT_IN = {
     "unbc": "fedcare.data.unbc",
@@ -37,16 +37,16 @@ PARTS = ("reader", "synthetic", "commands")
 
 def registered() -> dict[str, str]:
     """name -> package of every dataset: the built-in ones, then the outside ones (entry
-    points). A malformed entry point or a name declared twice is a KeyError naming both."""
+    points). A malformed entry point or a name declared twice is a PluginError naming both."""
     found = dict(BUILT_IN)
     where = {name: "fedcare" for name in BUILT_IN}
     for plugin in plugins(DATASETS):
         why = problem(plugin) or (f"{DATASETS} entry point {plugin.name!r} of {plugin.distribution}: name the "
                                   "dataset's package, not an attribute" if plugin.attribute else None)
         if why:
-            raise KeyError(why)
+            raise PluginError(why)
         if plugin.name in found:
-            raise KeyError(f"dataset {plugin.name!r} is registered twice: {found[plugin.name]} ({where[plugin.name]}) "
+            raise PluginError(f"dataset {plugin.name!r} is registered twice: {found[plugin.name]} ({where[plugin.name]}) "
                            f"and {plugin.module} ({plugin.source})")
         found[plugin.name], where[plugin.name] = plugin.module, plugin.source
     return found

@@ -224,6 +224,10 @@ class RoundsStudy(Study):
     metric: ClassVar[str] = ""  # a client_eval field, e.g. "roc_auc"; "": the task's (DEFAULT_METRIC)
     config: RoundsExperiment
 
+    def sample_ref(self) -> DataRef:
+        """The first seed's training split: the model's outputs are checked on a few of its examples."""
+        return data_ref("train", self.config.seeds[0])
+
     def algorithm(self, name: str) -> Algorithm:
         privacy = self.config.privacy
         if name == SINGLE_SITE and privacy is not None and privacy.secure_aggregation is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from string import Template
 
 from fedcare import __version__
+from fedcare.errors import InputError
 from fedcare.files import umask
 from fedcare.studies import registry
 
@@ -37,7 +38,7 @@ FILES = {
 }
 
 
-class ScaffoldError(ValueError):
+class ScaffoldError(InputError):
     """A name or folder `fedcare new study` cannot use; the message says why."""
 
 

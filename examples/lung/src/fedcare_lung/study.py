@@ -39,7 +39,7 @@ class LungStudy(RoundsStudy):
         found, left_out = self._sites(path)
         counts = ", ".join(f"{c} {len(s.y)}" for c, s in found.items())
         why = "; ".join(f"{n} {reason}" for reason, n in left_out.items() if n)
-        return LocalRuntime(found, self.algorithm, synthetic=False, notes=[
+        return LocalRuntime(found, self.composed.algorithm, synthetic=False, notes=[
             f"Data: {path} ({sum(len(s.y) for s in found.values())} patients of known one-year status in "
             f"{len(found)} clients: {counts}; left out: {why or 'none'}). Institutions with fewer than "
             f"{self.config.data.min_patients} such patients are "
