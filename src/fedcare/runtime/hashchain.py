@@ -52,9 +52,11 @@ def record_hash(record: dict) -> str:
 
 class ChainWriter:
     """Appends chained records to `path`, each batch flushed and synced to disk. `truncate_to`
-    (bytes) first drops what follows (what an unfinished unit wrote before a resume)."""
+    (bytes) first drops what follows (what an unfinished unit wrote before a resume);
+    `drop_cut_line` drops a last line a crash cut short (it has no newline yet)."""
 
-    def __init__(self, path: Path, truncate_to: int | None = None, *, private: bool = False):
+    def __init__(self, path: Path, truncate_to: int | None = None, *, private: bool = False,
+                 drop_cut_line: bool = False):
         self.path = Path(path)
         if truncate_to is not None and self.path.exists():
             size = self.path.stat().st_size
@@ -62,6 +64,10 @@ class ChainWriter:
                 raise ChainError(f"{self.path}: {size} bytes, but its checkpoint needs {truncate_to}: the file was "
                                  "cut short")
             os.truncate(self.path, truncate_to)
+        if drop_cut_line and self.path.exists():
+            data = self.path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                os.truncate(self.path, data.rfind(b"\n") + 1)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         records = check_chain(self.path) if self.path.exists() else []
         self.count = len(records)
