@@ -9,33 +9,16 @@ import shutil
 
 import pytest
 
-from fedcare.algorithms import fedavg
-from fedcare.algorithms.training import TrainSettings
-from fedcare.runtime.federation import Federation
 from fedcare.runtime.hashchain import ChainError, canonical, record_hash
-from fedcare.runtime.lineage import Lineage
 from fedcare.runtime.lineage_verify import LineageError, verify_lineage
 
-from support.tiny import tiny_data, tiny_model
-
-TRAIN = {1: tiny_data(1, n=16), 2: tiny_data(2, n=16)}
+from support.lineage import handmade_run
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """A finished run's lineage: two federations of two rounds, one unit a round, sealed in run.json."""
-    run = tmp_path_factory.mktemp("run")
-    (run / "config.toml").write_text('study = "x"\n')
-    lineage = Lineage(run, config_sha256=hashlib.sha256(b'study = "x"\n').hexdigest())
-    for seed in (1, 2):
-        federation = Federation(tiny_model(seed), fedavg(TrainSettings(lr=0.05, batch_size=8)), seed)
-        lineage.follow(federation, "fedavg", {"method": "fedavg", "seed": seed})
-        for rnd in (1, 2):
-            federation.run_round("train", rnd, TRAIN)
-            lineage.commit((seed, "fedavg", rnd))
-    (run / "run.json").write_text(json.dumps({"status": "finished", "lineage": lineage.seal()}))
-    lineage.close()
-    return run
+    return handmade_run(tmp_path_factory.mktemp("made") / "run")
 
 
 @pytest.fixture

@@ -48,10 +48,12 @@ class Verified:
 def describe(record: dict) -> str:
     """A record as a message names it: its number, unit, method, phase and round."""
     label = record.get("label") or {}
-    what = " ".join(str(x) for x in (label.get("method") or record.get("algorithm"), record.get("phase")) if x)
-    rnd = f" round {record['round']}" if record.get("round") is not None else ""
-    unit = "/".join(map(str, record["unit"])) if record.get("unit") else ""
-    return f"record {record.get('seq')}" + (f" (unit {unit}: {what}{rnd})" if unit or what else "")
+    what = [str(x) for x in (label.get("method") or record.get("algorithm"), record.get("phase")) if x]
+    if record.get("round") is not None:
+        what.append(f"round {record['round']}")
+    unit = [f"unit {'/'.join(map(str, record['unit']))}"] if record.get("unit") else []
+    inside = ": ".join(x for x in (" ".join(unit), " ".join(what)) if x)
+    return f"record {record.get('seq')}" + (f" ({inside})" if inside else "")
 
 
 def load_model(path: Path) -> Message:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -44,12 +45,19 @@ def fab_digest(fab: bytes) -> str:
     return hashlib.sha256(fab).hexdigest()
 
 
-def app_digest(app: Path) -> str:
-    """The digest of the FAB that `flwr run` builds from the app folder `app` (Flower's own
-    builder, deterministic: sorted files, fixed dates)."""
+def build_fab(app: Path) -> bytes:
+    """The FAB that `flwr run` builds from the app folder `app` (Flower's own builder,
+    deterministic: sorted files, fixed dates)."""
     from flwr.cli.build import build_fab_from_disk
 
-    return fab_digest(build_fab_from_disk(Path(app)))
+    with warnings.catch_warnings():  # Flower's file filter warns of its own dependency's deprecations
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return build_fab_from_disk(Path(app))
+
+
+def app_digest(app: Path) -> str:
+    """The digest of the FAB that `flwr run` builds from the app folder `app`."""
+    return fab_digest(build_fab(app))
 
 
 def read_approved(path: Path) -> frozenset[str]:
