@@ -140,3 +140,17 @@ def test_model_file_names_are_readable_and_safe():
     assert model_name("fedavg-dp", 2, {}) == "fedavg-dp_seed2"
     name = model_name("x", 1, {"method": "a/../b c", "model": "../../etc"})
     assert "/" not in name and " " not in name and not name.startswith(".")
+
+
+def test_a_model_file_has_the_same_bytes_in_every_process():
+    """Its metadata is one entry: safetensors writes a map of several in an order of its process's own."""
+    import subprocess
+    import sys
+
+    script = ("import hashlib, torch; from fedcare.algorithms.messages import Message; "
+              "from fedcare.runtime.lineage import model_bytes; "
+              "m = Message({'b': torch.ones(3), 'a': torch.arange(4)}, {'y': 2.5, 'x': 1.0, 'num_examples': 3.0}); "
+              "print(hashlib.sha256(model_bytes(m, '0' * 64)).hexdigest())")
+    runs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+            for _ in range(6)}
+    assert len(runs) == 1

@@ -53,8 +53,10 @@ from fedcare.runfiles import LINEAGE_FILE, MODELS_DIR
 from fedcare.runtime.digest import code_digest, message_digest
 from fedcare.runtime.hashchain import ChainWriter, strict
 
-DIGEST_KEY = "fedcare_digest"  # a model file's metadata: the message's digest
-SCALARS_KEY = "fedcare_scalars"  # and its scalars (JSON), so the file holds the whole message
+# a model file's metadata: one entry (safetensors writes its metadata map in no fixed order, so
+# two entries would give files of the same model different bytes), JSON of the message's digest
+# and its scalars, so the file holds the whole message
+METADATA_KEY = "fedcare"
 # the round info's per-client epsilons (`Federation.run_round`)
 EPSILONS = {"dp_sgd": DP_EPSILON + "_clients", "client_dp": "client_dp_epsilon_clients"}
 
@@ -87,7 +89,8 @@ def model_name(algorithm: str, seed: int, label: Mapping[str, Any]) -> str:
 def model_bytes(message: Message, digest: str) -> bytes:
     """The message as a safetensors file: its tensors on the host, its digest and scalars as metadata."""
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in message.tensors.items()}
-    return safetensors.torch.save(tensors, metadata={DIGEST_KEY: digest, SCALARS_KEY: json.dumps(message.scalars)})
+    meta = json.dumps({"digest": digest, "scalars": message.scalars}, sort_keys=True)
+    return safetensors.torch.save(tensors, metadata={METADATA_KEY: meta})
 
 
 class Lineage:

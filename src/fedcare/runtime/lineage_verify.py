@@ -29,7 +29,7 @@ from fedcare.algorithms.messages import Message
 from fedcare.runfiles import LINEAGE_FILE, MODELS_DIR, read_run_info
 from fedcare.runtime.digest import message_digest
 from fedcare.runtime.hashchain import ChainError, check_chain
-from fedcare.runtime.lineage import SCALARS_KEY
+from fedcare.runtime.lineage import METADATA_KEY
 
 MODEL_FILE = re.compile(rf"{MODELS_DIR}/[A-Za-z0-9][A-Za-z0-9._+-]*\.safetensors")
 
@@ -63,7 +63,7 @@ def load_model(path: Path) -> Message:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             meta = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
-        scalars = json.loads(meta.get(SCALARS_KEY, "{}"))
+        scalars = json.loads(meta.get(METADATA_KEY, "{}")).get("scalars", {})
     except Exception as e:  # safetensors' own error type for a damaged header or body
         raise LineageError(f"{path}: not a readable model file ({str(e).strip().splitlines()[0][:200]})") from None
     return Message(tensors, {str(k): float(v) for k, v in scalars.items()})
