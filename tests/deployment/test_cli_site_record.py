@@ -26,6 +26,7 @@ def test_a_sites_record_is_printed_and_agrees_with_the_lineage(tmp_path):
     assert result.exit_code == 0, result.output
     assert "client 2: 4 updates sent; 4 in the lineage's aggregates as sent" in result.stdout
     assert "its data are in 4 aggregates; the saved models they lead to: models/fedavg_seed1-" in result.stdout
+    assert "the fedcare code the site ran: the coordinator's (same digest)" in result.stdout
     assert "the site's record and the coordinator's lineage agree" in result.stdout
 
 

@@ -84,7 +84,7 @@ def truthful_site_record(state_dir: Path, run: Path, client: str) -> Path:
     writer.append({"type": "fit", "site": f"site-{client}", "client": client, "namespace": "ns",
                    "algorithm": r["algorithm"], "seed": r["seed"], "phase": r["phase"], "round": r["round"],
                    "received": r["received"].get(client, r["parent"]), "sent": r["clients"][client]["update"],
-                   "examples": r["clients"][client]["examples"]}
+                   "examples": r["clients"][client]["examples"], "code_sha256": r["code_sha256"]}
                   for r in verify_lineage(run).records if r["type"] == "aggregate" and client in r["clients"])
     writer.close()
     return path

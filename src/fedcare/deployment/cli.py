@@ -389,6 +389,11 @@ def _print_comparison(out: Console, c) -> None:
         out.print(f"  left out: {escape(entry['phase'])} round {entry['round']}: {escape(why)}", highlight=False)
     out.print(f"its data are in {len(c.aggregates)} aggregates; the saved models they lead to: "
               + (escape(", ".join(m["file"] for m in c.models)) or "none"), highlight=False)
+    if c.site_code and c.coordinator_code:
+        same = c.site_code == c.coordinator_code
+        out.print("the fedcare code the site ran: " + ("the coordinator's (same digest)" if same else
+                  f"{', '.join(sorted(c.site_code))[:64]}, the coordinator's {', '.join(sorted(c.coordinator_code))[:64]}"),
+                  highlight=False)
     if not c.agrees:
         for problem in c.problems:
             out.print(f"  [bold red]disagrees:[/] {escape(problem)}", highlight=False)

@@ -14,7 +14,7 @@ from fedcare.algorithms.messages import Message
 from fedcare.algorithms.training import TrainSettings
 from fedcare.privacy.secagg import WIRE
 from fedcare.runtime.clients import AfterAggregation, Fit
-from fedcare.runtime.digest import message_digest
+from fedcare.runtime.digest import code_digest, message_digest
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.flower.records import Begin, Mark
 from fedcare.runtime.flower.site import FactorySite, SiteNode
@@ -42,6 +42,7 @@ def test_a_site_records_the_model_it_trained_on_and_the_update_it_sent(tmp_path)
         "type": "fit", "site": "site-a", "client": "1", "namespace": "ns", "algorithm": "fedavg", "seed": 3,
         "phase": "train", "round": 1}
     assert (fit["received"], fit["sent"], fit["examples"]) == (message_digest(sent), message_digest(reply), 40)
+    assert fit["code_sha256"] == after["code_sha256"] == code_digest()  # the fedcare code the site ran
     assert after["type"] == "after_aggregation" and after["received"] == message_digest(reply) and "sent" not in after
 
 

@@ -10,7 +10,10 @@ computed at the site in the same canonical way as the coordinator's lineage
   entries in the message are left out, they are not the model), of the update it sent
   (`sent`; under secure aggregation the masked vector) and its example count;
 - "after_aggregation": the digest of the round's aggregate it received to fine-tune its own
-  layers on (PFDL, FedRep).
+  layers on (PFDL, FedRep);
+
+each with `code_sha256`, the digest of the fedcare code the site ran
+(`fedcare.runtime.digest.code_digest`).
 
 `compare` reads it beside the coordinator's lineage and says, for the site's client: which
 aggregates its updates went into (and which final models descend from them), which updates
@@ -31,7 +34,7 @@ from typing import Any
 from fedcare.algorithms.base import NUM_EXAMPLES, ClientId
 from fedcare.algorithms.messages import Message
 from fedcare.runtime.clients import AfterAggregation, Fit
-from fedcare.runtime.digest import message_digest
+from fedcare.runtime.digest import code_digest, message_digest
 from fedcare.runtime.hashchain import ChainWriter
 from fedcare.runtime.lineage_verify import describe
 
@@ -66,7 +69,8 @@ class SiteRecord:
         """What operation `op` of federation `namespace` received and, for a fit, sent (`reply`)."""
         entry = {"type": "fit" if isinstance(op, Fit) else "after_aggregation", "site": self.site,
                  "client": self.client, "namespace": namespace, "algorithm": algorithm, "seed": seed,
-                 "phase": op.phase, "round": op.round, "received": message_digest(model_part(op.message))}
+                 "phase": op.phase, "round": op.round, "received": message_digest(model_part(op.message)),
+                 "code_sha256": code_digest()}
         if isinstance(op, Fit):
             entry |= {"sent": message_digest(reply), "examples": int(reply.scalars.get(NUM_EXAMPLES, 0))}
         if self._writer is None:  # a record cut mid-line by a crash loses that line, not the site's run
@@ -90,6 +94,8 @@ class Comparison:
     problems: list[str] = field(default_factory=list)  # disagreements
     aggregates: list[dict] = field(default_factory=list)  # every aggregate the lineage says holds its data
     models: list[dict] = field(default_factory=list)  # the saved models descending from those
+    site_code: set[str] = field(default_factory=set)  # the fedcare code the site ran (its digests)
+    coordinator_code: set[str] = field(default_factory=set)  # and the coordinator
 
     @property
     def agrees(self) -> bool:
@@ -113,6 +119,8 @@ def compare(entries: list[dict], lineage: list[dict], client: ClientId) -> Compa
     mine = [e for e in entries if e.get("client") == c]
     fits = [e for e in mine if e["type"] == "fit"]
     result.fits = len(fits)
+    result.site_code = {e["code_sha256"] for e in mine if e.get("code_sha256")}
+    result.coordinator_code = {r["code_sha256"] for r in aggregates if r.get("code_sha256")}
     for e in mine:
         if e["received"] not in known:
             result.problems.append(f"{_where(e)}: the site received model {e['received'][:12]}, which the "
