@@ -50,3 +50,15 @@ def test_a_disagreement_or_a_changed_record_is_an_error(tmp_path):
     other = CliRunner().invoke(app, ["flower", "site-record", str(tmp_path / "state"), "--run", "ffff0000"])
     assert other.exit_code == 2 and "no site record of run ffff0000" in other.stderr
     assert RUN_KEY in str(path) and path.name.endswith(RECORD_SUFFIX)
+
+
+def test_a_site_that_trained_on_nothing_has_an_empty_record_that_says_so(tmp_path):
+    from fedcare.runtime.flower.site_record import SiteRecord
+
+    run = handmade_run(tmp_path / "run", seeds=(1,))
+    SiteRecord(tmp_path / "state" / f"run-{RUN_KEY}" / f"client-9{RECORD_SUFFIX}", "site-9", 9)  # greeted, no fit
+    result = CliRunner().invoke(app, ["flower", "site-record", str(tmp_path / "state"), "--lineage", str(run)],
+                                env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "client 9: 0 updates sent" in result.stdout and "its data are in 0 aggregates" in result.stdout
+    assert "the saved models they lead to: none" in result.stdout

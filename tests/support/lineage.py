@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedcare.runtime.flower.site_record import RECORD_SUFFIX, Comparison, compare
+from fedcare.runtime.flower.site_record import RECORD_SUFFIX, Comparison, client_of, compare
 from fedcare.runtime.hashchain import check_chain
 from fedcare.runtime.lineage_verify import Verified, verify_lineage
 
@@ -39,8 +39,7 @@ def site_comparisons(state_dir: Path, run_dir: Path) -> dict[str, Comparison]:
     key = json.loads((Path(run_dir) / "run.json").read_text())["flower_run"]
     found = {}
     for path in sorted(Path(state_dir).rglob(f"run-{key}/*{RECORD_SUFFIX}")):
-        entries = check_chain(path)
-        found[entries[0]["client"]] = compare(entries, lineage, entries[0]["client"])
+        found[client_of(path)] = compare(check_chain(path), lineage, client_of(path))
     return found
 
 

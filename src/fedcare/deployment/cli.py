@@ -349,7 +349,7 @@ def site_record(
     from rich.table import Table
 
     from fedcare.errors import UserError
-    from fedcare.runtime.flower.site_record import RECORD_SUFFIX, compare
+    from fedcare.runtime.flower.site_record import RECORD_SUFFIX, client_of, compare
     from fedcare.runtime.hashchain import check_chain
     from fedcare.runtime.lineage_verify import verify_lineage
     from fedcare.studies.rundir import read_run_info
@@ -375,7 +375,7 @@ def site_record(
                               str(e["round"]), e["received"][:12], e.get("sent", "")[:12], str(e.get("examples", "")))
             out.print(table)
             if lineage_records is not None:
-                _print_comparison(out, compare(entries, lineage_records, entries[0]["client"] if entries else ""))
+                _print_comparison(out, compare(entries, lineage_records, client_of(path)))
     except UserError as e:
         _fail(str(e))
 

@@ -55,14 +55,23 @@ def record_file(state_file: Path) -> Path:
     return Path(state_file).with_suffix(RECORD_SUFFIX)
 
 
+def client_of(path: Path) -> str:
+    """The client a record file is of, from its name (an empty record has no entry to say it)."""
+    return Path(path).name.removeprefix("client-").removesuffix(RECORD_SUFFIX)
+
+
 class SiteRecord:
-    """The site `site` (its client `client`) appends one entry per fit and after-aggregation."""
+    """The site `site` (its client `client`) appends one entry per fit and after-aggregation.
+    The file exists from the site's first message of the run: a site that trained on nothing
+    has an empty record, which says so."""
 
     def __init__(self, path: Path, site: str, client: ClientId):
         self.path = Path(path)
         self.site = site
         self.client = str(client)
         self._writer: ChainWriter | None = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch(mode=0o600, exist_ok=True)
 
     def note(self, namespace: str | None, algorithm: str, seed: int, op: Fit | AfterAggregation,
              reply: Any) -> None:
