@@ -19,9 +19,10 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from fedcare.errors import InputError
+from fedcare.files import AppendedFile
 
 CHAIN_FIELDS = ("seq", "prev", "hash")
 
@@ -50,31 +51,20 @@ def record_hash(record: dict) -> str:
     return hashlib.sha256(canonical({k: v for k, v in record.items() if k != "hash"}).encode()).hexdigest()
 
 
-class ChainWriter:
+class ChainWriter(AppendedFile):
     """Appends chained records to `path`, each batch flushed and synced to disk. `truncate_to`
     (bytes) first drops what follows (what an unfinished unit wrote before a resume);
     `drop_cut_line` drops a last line a crash cut short (it has no newline yet)."""
 
     def __init__(self, path: Path, truncate_to: int | None = None, *, private: bool = False,
                  drop_cut_line: bool = False):
-        self.path = Path(path)
-        if truncate_to is not None and self.path.exists():
-            size = self.path.stat().st_size
-            if size < truncate_to:
-                raise ChainError(f"{self.path}: {size} bytes, but its checkpoint needs {truncate_to}: the file was "
-                                 "cut short")
-            os.truncate(self.path, truncate_to)
-        if drop_cut_line and self.path.exists():
-            data = self.path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                os.truncate(self.path, data.rfind(b"\n") + 1)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        records = check_chain(self.path) if self.path.exists() else []
+        super().__init__(path, truncate_to, private=private)
+        data = self.path.read_bytes()
+        if drop_cut_line and data and not data.endswith(b"\n"):
+            os.truncate(self.path, data.rfind(b"\n") + 1)
+        records = check_chain(self.path)
         self.count = len(records)
         self.head = records[-1]["hash"] if records else ""
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        self._handle: IO[str] = os.fdopen(os.open(self.path, flags, 0o600 if private else 0o666), "a",
-                                          encoding="utf-8")
 
     def append(self, records: Iterable[dict]) -> int:
         """Write `records` (each without the chain's fields) at the end; durable when it returns.
@@ -89,13 +79,6 @@ class ChainWriter:
             self.head = chained["hash"]
         return self.sync()
 
-    def sync(self) -> int:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        return self.path.stat().st_size
-
-    def close(self) -> None:
-        self._handle.close()
 
 
 def check_chain(path: Path) -> list[dict]:
