@@ -100,6 +100,9 @@ def serve(runtime_api_address: str, modules: Iterable[str] = DEFAULT_PRELOAD, pa
     from flwr.supercore.runtime import RuntimeHttpClient
 
     took = preload(modules)
+    from fedcare.runtime.digest import code_digest
+
+    code_digest()  # of the code as imported now: every child's site record names it, not what is on disk later
     only = f"; only the {len(approved)} app(s) approved in {approved_apps}" if approved is not None else ""
     print(f"fedcare ClientApp launcher: imported {', '.join([*WARM_MODULES, *modules])} in {took:.1f} s; "
           f"serving the SuperNode at {runtime_api_address}{only}", file=sys.stderr, flush=True)
