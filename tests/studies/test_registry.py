@@ -14,6 +14,7 @@ from fedcare.cli import app
 from fedcare.config import ConfigError
 from fedcare.studies.load import load_config
 from fedcare.runfiles import read_lineage
+from fedcare.runtime.digest import package_digest
 from fedcare.studies import registry
 
 from support import records
@@ -49,6 +50,7 @@ def test_a_registered_study_on_flowers_simulation_engine_equals_the_simulator(to
     assert json.loads((tmp_path / "flower" / "run.json").read_text())["sites"] == {"0": 0, "1": 1, "2": 2}
     # the same models, so the same lineage; and each site's own record of them agrees with it
     check_lineage(tmp_path / "flower")
+    assert {r["study_code_sha256"] for r in read_lineage(tmp_path / "flower")} == {package_digest(toy / "fedcare_toy")}
     assert [r["digest"] for r in read_lineage(tmp_path / "flower")] == [r["digest"] for r in read_lineage(tmp_path / "local")]
     sites = site_comparisons(tmp_path / "state", tmp_path / "flower")
     assert sorted(sites) == ["0", "1", "2"]
