@@ -209,6 +209,57 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by
 
 
 @app.command()
+def lineage(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (finished or not) with its lineage.jsonl.")],
+    verify: Annotated[bool, typer.Option(help="Check the records' hash chain and seal, each model's descent, and "
+                                              "re-hash every saved model; exit 2 naming the first record or file "
+                                              "that does not hold.")] = False,
+) -> None:
+    """Print the lineage of a run's models: every aggregate (unit, method, round, parent and digest, the clients in
+    it and those dropped, epsilon), then the saved model files."""
+    from rich.table import Table
+
+    from fedcare.runfiles import read_lineage
+    from fedcare.runtime.lineage_verify import verify_lineage
+
+    if not (run_dir / "lineage.jsonl").is_file():
+        _fail(f"{run_dir}: no lineage.jsonl (not a run directory, or a run made before fedcare kept a lineage)")
+    try:
+        checked = verify_lineage(run_dir) if verify else None
+        records = checked.records if checked else read_lineage(run_dir)
+    except UserError as e:
+        _user_error(e)
+    except ValueError as e:  # a line that is not JSON, unchecked
+        _fail(f"{run_dir / 'lineage.jsonl'}: {e} (fedcare lineage --verify names the record)")
+    out = Console(soft_wrap=True)
+    table = Table("#", "unit", "method", "phase", "round", "parent", "digest", "clients (examples)", "dropped",
+                  "epsilon", box=None, pad_edge=False, title="aggregates")
+    for r in (r for r in records if r.get("type") == "aggregate"):
+        method = (r.get("label") or {}).get("method") or r.get("algorithm")
+        clients = ", ".join(f"{c} ({v['examples']})" if "examples" in v else c for c, v in r["clients"].items())
+        if "secure_aggregation" in r:
+            clients += f"; secure sum of {r['secure_aggregation']['examples']} examples"
+        spent = [e for per_client in r.get("epsilon", {}).values() for e in per_client.values() if e is not None]
+        table.add_row(str(r["seq"]), escape("/".join(map(str, r.get("unit") or []))), escape(str(method)),
+                      escape(str(r["phase"])), str(r["round"]), r["parent"][:12], r["digest"][:12], escape(clients),
+                      escape("; ".join(f"{c}: {why}" for c, why in r["dropped"].items())),
+                      f"{max(spent):.3g}" if spent else "")
+    out.print(table)
+    saved = {r["file"]: r for r in records if r.get("type") == "model"}  # the last record naming each file
+    models = Table("file", "digest", "sha256", "unit", box=None, pad_edge=False, title="saved models")
+    for file, r in saved.items():
+        models.add_row(escape(file), r["digest"][:12], r["sha256"][:12], escape("/".join(map(str, r.get("unit") or []))))
+    out.print(models)
+    for key, what in (("code_sha256", "fedcare code"), ("fedcare", "fedcare version"), ("config_sha256", "config")):
+        values = sorted({str(r[key]) for r in records if key in r})
+        if values:
+            out.print(f"{what}: {escape(', '.join(values))}", highlight=False)
+    if checked is not None:
+        seal = "sealed by run.json" if checked.sealed else "not sealed yet (the run has not finished)"
+        out.print(f"verified: {len(records)} records, {len(checked.models)} model files; {seal}", highlight=False)
+
+
+@app.command()
 def studies() -> None:
     """List what is registered: each study (where it comes from, what it is, whether it has a demo), then the
     datasets and algorithms, and any registration that is broken."""

@@ -10,7 +10,8 @@ far it got, and how it ended (status, the report's notes, the error). The run se
 - `runtime_ready`: the runtime's facts known from the start (a run across sites says so);
 - `planned`: the protocol's units, and whether the data are synthetic;
 - `unit_finished`: each finished unit (the checkpoint calls it once the unit is durable);
-- `finish`: the protocol's and the runtime's facts, the report's notes (`notes`), "finished";
+- `finish`: the protocol's and the runtime's facts, the lineage's seal, the report's notes
+  (`notes`), "finished";
 - `stopped`: a run that failed or was interrupted says why.
 
 Something new a run must record is one call in the step it belongs to: a fact known at the
@@ -113,8 +114,9 @@ class RunRecord:
 
     def finish(self, runtime: StudyRuntime, protocol: StudyProtocol, seconds: float) -> None:
         """The protocol ran to its end in `seconds`: its facts and the runtime's, the privacy audit's
-        verdict, the notes, "finished"."""
+        verdict, the lineage's seal, the notes, "finished"."""
         self._privacy_audit()
+        self._lineage(runtime)
         self.update(**protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
                     notes=self.notes(runtime, protocol), status="finished",
                     progress=_progress(protocol.units_done, protocol.units_total), **runtime.facts())
@@ -131,6 +133,14 @@ class RunRecord:
         self.update(privacy_audit=verdict)
         if not verdict["sound"]:
             self.log("PRIVACY AUDIT CONTRADICTS THE ACCOUNTANT: " + "; ".join(verdict["unsound"]))
+
+    def _lineage(self, runtime: StudyRuntime) -> None:
+        """run.json's `lineage`: how many records lineage.jsonl ends with, the last one's hash (what
+        `fedcare lineage --verify` checks the file's end against) and how many models were saved."""
+        lineage = getattr(runtime, "lineage", None)
+        if lineage is not None:
+            lineage.flush()
+            self.update(lineage=lineage.seal())
 
     def stopped(self, why: str, interrupted: bool) -> None:
         """The run failed (or was interrupted) with `why`; a full disk leaves what is on it."""
