@@ -107,7 +107,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         records.sync()
         record.finish(runtime, protocol, seconds)
         build_report(run.partial)
-        record.log("finished")
+        record.reported()
         records.close()
         return run.finish()
     except BaseException as e:
@@ -160,6 +160,7 @@ def _stopped(run: RunDirectory, record: RunRecord, error: BaseException, keep_pa
         flower = read_run_info(run.partial)[0].get("runtime") == "flower"
         how = f"fedcare flower run --resume {run.partial} --federation NAME" if flower else f"fedcare resume {run.partial}"
         return f"kept {run.partial} ({what}); continue with: {how}"
+    record.discarded(interrupted)
     run.remove()
     return "nothing was finished; nothing kept"
 
