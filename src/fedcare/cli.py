@@ -281,13 +281,12 @@ def export(
     from fedcare.studies.tracking import export_run
 
     try:
-        run_id, logged = export_run(run_dir, mlflow, experiment)
+        run_id = export_run(run_dir, mlflow, experiment)
     except UserError as e:
         _user_error(e)
     except OSError as e:
         _fail(_os_error(e))
-    console.print(f"exported {escape(str(run_dir))} to MLflow run {run_id} ({logged} records logged now)",
-                  highlight=False)
+    console.print(f"exported {escape(str(run_dir))} to MLflow run {run_id} at {escape(mlflow)}", highlight=False)
 
 
 @app.command()

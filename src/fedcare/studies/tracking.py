@@ -133,7 +133,7 @@ def _is_int(value: Any) -> bool:
 
 def _segment(text: str) -> str:
     """One part of a key, in the characters MLflow accepts (letters, digits, _ - . space :)."""
-    text = re.sub(r"[^\w.\- :]+", "_", text).strip() or "_"
+    text = re.sub(r"[^\w.\- :]+", "_", text).strip("_ ") or "_"
     return "_" if set(text) == {"."} else text
 
 
@@ -352,12 +352,11 @@ class ExportFailed(InputError):
     """MLflow could not take the run (the warning before it says why)."""
 
 
-def export_run(run_dir: Path, uri: str, experiment: str | None = None) -> tuple[str, int]:
+def export_run(run_dir: Path, uri: str, experiment: str | None = None) -> str:
     """Log a finished or stopped run directory to MLflow at `uri`: the MLflow run that run.json
     names for that store, continued, else a new one (then named in run.json). A stopped run logs
     its records up to its last checkpoint (what a resume keeps), and is held while it is
-    exported (a live run is refused: it tracks itself with [tracking]). Returns (the MLflow run
-    id, the records logged now)."""
+    exported (a live run is refused: it tracks itself with [tracking]). Returns the MLflow run id."""
     from fedcare.studies.rundir import PARTIAL, RunDirectory
 
     run_dir = Path(run_dir)
@@ -369,7 +368,7 @@ def export_run(run_dir: Path, uri: str, experiment: str | None = None) -> tuple[
             held.release()
 
 
-def _export(run_dir: Path, uri: str, experiment: str | None, stopped: bool) -> tuple[str, int]:
+def _export(run_dir: Path, uri: str, experiment: str | None, stopped: bool) -> str:
     from fedcare.studies.checkpoint import Checkpoint
 
     info = read_run_info(run_dir)[0]
@@ -379,7 +378,6 @@ def _export(run_dir: Path, uri: str, experiment: str | None, stopped: bool) -> t
                           resume=before, uri=uri)
     if run is None:
         raise ExportFailed(f"{uri}: MLflow could not take the run (the warning above says why)")
-    start = run.logged
     state = run.log_records(upto)
     if state:
         update_run_info(run_dir, **state)
@@ -387,4 +385,4 @@ def _export(run_dir: Path, uri: str, experiment: str | None, stopped: bool) -> t
     if not state or not run.finish(MLFLOW_STATUS.get(str(info.get("status")), "FAILED")):
         raise ExportFailed(f"{uri}: MLflow failed while taking {run_dir} (the warning above says why); exporting "
                            "again continues where it stopped")
-    return run.run_id, len(durable_records(run_dir, start, run.logged)[0])
+    return run.run_id
