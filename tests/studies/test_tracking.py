@@ -128,6 +128,7 @@ def test_a_tracked_run_reads_back_equal_to_its_config_records_and_files(store, t
     assert tags["fedcare.compute"].startswith("torch ")
     assert json.loads((tracked / "run.json").read_text())["mlflow"]["logged_bytes"] == \
         (tracked / "metrics.jsonl").stat().st_size
+    assert f"<th>MLflow run</th><td>{run_id} at {store}</td>" in (tracked / "report.html").read_text()
     # the files: records, config, report and every table, byte for byte
     listed = {a.path for a in c.list_artifacts(run_id)}
     assert {"metrics.jsonl", "config.toml", "run.json", "report.html", "tables", "plots"} <= listed
