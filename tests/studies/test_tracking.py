@@ -45,8 +45,10 @@ def client(store: str):
     return mlflow_tracking.MlflowClient(tracking_uri=store)
 
 
-def mlflow_run_id(run_dir: Path) -> str:
-    return json.loads((run_dir / "run.json").read_text())["mlflow"]["run_id"]
+def mlflow_run_id(run_dir: Path, exported_to: str | None = None) -> str:
+    """The MLflow run of run.json: the run's own (tracked live), or the one an export to another store made."""
+    info = json.loads((run_dir / "run.json").read_text())
+    return (info["mlflow_exports"][exported_to] if exported_to else info["mlflow"])["run_id"]
 
 
 def expected_metrics(run_dir: Path, upto: int | None = None) -> list[tuple[str, int, float]]:
@@ -150,6 +152,13 @@ def test_an_interrupted_and_resumed_run_ends_as_one_mlflow_run(store, tmp_path, 
     assert client(store).get_run(run_id).info.status == "KILLED"
     assert 0 < logged < (partial / "metrics.jsonl").stat().st_size  # round 2's record is not logged
     assert logged_metrics(store, run_id) == expected_metrics(partial, logged)
+    # exported as it stands to another store (a folder): what a resume keeps, in a KILLED run there
+    folder = str(tmp_path / "mlruns")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # the export opts in; put back afterwards
+    copy = export_run(partial, folder)
+    assert client(folder).get_run(copy).info.status == "KILLED"
+    assert logged_metrics(folder, copy) == expected_metrics(partial, logged)
+    assert json.loads((partial / "run.json").read_text())["mlflow"]["run_id"] == run_id  # its own is untouched
     done = resume_study(partial)
     experiment = client(store).get_experiment_by_name("resumed").experiment_id
     assert [r.info.run_id for r in client(store).search_runs([experiment])] == [run_id]  # one MLflow run
@@ -165,7 +174,7 @@ def test_export_logs_an_untracked_run_as_a_live_run_is_logged_and_never_twice(st
     assert (plain / "metrics.jsonl").read_bytes() == (tracked / "metrics.jsonl").read_bytes()
     result = CliRunner().invoke(app, ["export", str(plain), "--mlflow", store, "--experiment", "exported"])
     assert result.exit_code == 0, result.output
-    run_id = mlflow_run_id(plain)
+    run_id = mlflow_run_id(plain, exported_to=store)
     assert f"exported {plain} to MLflow run {run_id}" in " ".join(result.output.split())
     live = client(store).get_run(mlflow_run_id(tracked)).data
     run = client(store).get_run(run_id)
@@ -178,7 +187,7 @@ def test_export_logs_an_untracked_run_as_a_live_run_is_logged_and_never_twice(st
     # exported again: the same MLflow run, nothing twice; even when run.json lost count of what MLflow holds
     # (a process that died after MLflow took its records and before run.json said so)
     info = json.loads((plain / "run.json").read_text())
-    info["mlflow"]["logged_bytes"] = 0
+    info["mlflow_exports"][store]["logged_bytes"] = 0
     (plain / "run.json").write_text(json.dumps(info))
     assert export_run(plain, store) == run_id
     assert logged_metrics(store, run_id) == logged_metrics(store, mlflow_run_id(tracked))

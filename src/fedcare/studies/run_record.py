@@ -97,11 +97,11 @@ class RunRecord:
         settings = self.study.config.tracking
         if settings is None:
             return
-        from fedcare.studies.tracking import RUN_INFO_KEY, MlflowRun  # MLflow: only for a run that tracks
+        from fedcare.studies.tracking import MlflowRun, continued  # MLflow: only for a run that tracks
 
-        self.tracking = MlflowRun.begin(self.dir, settings, self.study.name, resume=self.before.get(RUN_INFO_KEY))
+        self.tracking = MlflowRun.begin(self.dir, settings, self.study.name, resume=continued(self.before, settings))
         if self.tracking is not None:
-            self.update(**self.tracking.state())
+            self.update(mlflow=self.tracking.state())
             self.log(f"tracking: MLflow run {self.tracking.run_id} at {self.tracking.uri}")
 
     def _tracked(self, tags: bool = False) -> dict:
@@ -111,7 +111,8 @@ class RunRecord:
             return {}
         if tags:
             self.tracking.tag()
-        return self.tracking.log_records()
+        self.tracking.log_records()
+        return {"mlflow": self.tracking.state()}
 
     def _track(self, tags: bool = False) -> None:
         if self.tracking is not None:

@@ -16,7 +16,7 @@ Only durable records are logged: those a checkpoint has committed (after each fi
 and all of them at the end), so a resumed run, whose metrics.jsonl is cut back to its last
 checkpoint, logs each record once. run.json's `mlflow` names the MLflow run (uri, experiment,
 run id) and how much of metrics.jsonl it holds (`logged_bytes`); `fedcare resume` and `fedcare
-export` continue that MLflow run.
+export` to that store continue it (an export to another store is `mlflow_exports`, by store).
 
 A tracking failure (a server down) never stops the run: a warning in run.log and on stderr,
 tracking stops for this process, and `fedcare export` logs the rest later. MLflow is imported
@@ -43,7 +43,8 @@ from fedcare.runfiles import LOG_FILE, METRICS_FILE, RUN_FILE, read_run_info
 from fedcare.studies.rundir import log, update_run_info
 
 INSTALL = 'pip install "fedcare[mlflow]"'
-RUN_INFO_KEY = "mlflow"  # run.json: {uri, experiment_id, run_id, logged_bytes}
+RUN_INFO_KEY = "mlflow"  # run.json: the run's own MLflow run ([tracking]): {uri, experiment_id, run_id, logged_bytes}
+EXPORTS_KEY = "mlflow_exports"  # run.json: {uri: the same} of each other store `fedcare export` logged it to
 FILES = ("report.html", "config.toml", RUN_FILE, METRICS_FILE, LOG_FILE, "lineage.jsonl")  # those the run has
 FOLDERS = ("tables", "plots")
 # MLflow's limits (mlflow.utils.validation): a param's value, a key, entries per log_batch call
@@ -161,6 +162,8 @@ def mlflow_client(uri: str):
     """MLflow's client for `uri`; a one-line ConfigError when MLflow is not installed."""
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    if is_file_store(uri):  # MLflow 3 keeps file stores in maintenance mode, behind this opt-in: the config chose one
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     try:
         from mlflow.tracking import MlflowClient
     except ImportError:
@@ -175,9 +178,15 @@ def absolute_uri(uri: str) -> str:
     if parts.scheme == "sqlite":
         path = uri[len("sqlite:///"):]
         return uri if path.startswith("/") else f"sqlite:///{Path(path).resolve()}"
-    if parts.scheme == "" or re.match(r"^[A-Za-z]:[\\/]", uri):
+    if is_file_store(uri) and parts.scheme != "file":  # a folder
         return str(Path(uri).resolve())
     return uri
+
+
+def is_file_store(uri: str) -> bool:
+    """Whether `uri` names MLflow's file store (a folder): a path, or file://."""
+    scheme = urlsplit(uri).scheme
+    return scheme in ("", "file") or bool(re.match(r"^[A-Za-z]:[\\/]", uri))
 
 
 def tracking_failures() -> tuple[type[BaseException], ...]:
@@ -240,9 +249,8 @@ class MlflowRun:
             return None
 
     def state(self) -> dict:
-        """run.json's `mlflow`."""
-        return {RUN_INFO_KEY: {"uri": self.uri, "experiment_id": self.experiment_id, "run_id": self.run_id,
-                               "logged_bytes": self.logged}}
+        """What run.json keeps of it: where it is, and how much of metrics.jsonl it holds."""
+        return {"uri": self.uri, "experiment_id": self.experiment_id, "run_id": self.run_id, "logged_bytes": self.logged}
 
     def _safely(self, what: str, action: Callable[[], None]) -> bool:
         """Run `action`; a tracking failure is a warning and stops tracking for this process."""
@@ -274,9 +282,9 @@ class MlflowRun:
 
         return self._safely("tagging the MLflow run", action)
 
-    def log_records(self, upto: int | None = None) -> dict:
+    def log_records(self, upto: int | None = None) -> bool:
         """Log the records of metrics.jsonl from where MLflow stopped up to byte `upto` (default:
-        its end, complete lines); returns run.json's `mlflow` ({} once tracking has failed)."""
+        its end, complete lines); False once tracking has failed."""
         from mlflow.entities import Metric
 
         path = self.dir / METRICS_FILE
@@ -289,9 +297,9 @@ class MlflowRun:
         for i in range(0, len(metrics), METRICS_PER_BATCH):
             batch = metrics[i: i + METRICS_PER_BATCH]
             if not self._safely("logging metrics to MLflow", lambda: self._log_metrics(batch)):
-                return {}
+                return False
         self.logged, self.check_logged = end, False
-        return self.state()
+        return True
 
     def _log_metrics(self, batch: list) -> None:
         """One batch, unless a continued run finds it in MLflow already (its last metric logged
@@ -318,6 +326,12 @@ class MlflowRun:
 
     def end(self, status: str) -> bool:
         return self._safely("ending the MLflow run", lambda: self.client.set_terminated(self.run_id, status))
+
+
+def continued(info: dict, settings: Tracking) -> dict | None:
+    """The MLflow run a resumed run goes on with: the one it tracked to (run.json's `mlflow`), else
+    one that `fedcare export` made in its store meanwhile."""
+    return info.get(RUN_INFO_KEY) or (info.get(EXPORTS_KEY) or {}).get(absolute_uri(settings.mlflow))
 
 
 def _experiment(client, uri: str, name: str) -> str:
@@ -373,16 +387,19 @@ def _export(run_dir: Path, uri: str, experiment: str | None, stopped: bool) -> s
 
     info = read_run_info(run_dir)[0]
     upto = (Checkpoint.load(run_dir) or {}).get("offset", 0) if stopped else None
-    before = info.get(RUN_INFO_KEY) if (info.get(RUN_INFO_KEY) or {}).get("uri") == uri else None
+    own, exports = info.get(RUN_INFO_KEY) or {}, dict(info.get(EXPORTS_KEY) or {})
+    before = own if own.get("uri") == uri else exports.get(uri)
     run = MlflowRun.begin(run_dir, Tracking(mlflow=uri, experiment=experiment), str(info.get("study") or "run"),
                           resume=before, uri=uri)
     if run is None:
         raise ExportFailed(f"{uri}: MLflow could not take the run (the warning above says why)")
-    state = run.log_records(upto)
-    if state:
-        update_run_info(run_dir, **state)
-        log(run_dir, f"exported to MLflow at {uri} (run {run.run_id})")
-    if not state or not run.finish(MLFLOW_STATUS.get(str(info.get("status")), "FAILED")):
+    logged = run.log_records(upto)
+    if own.get("uri") == uri:  # what the run's own tracking missed
+        update_run_info(run_dir, **{RUN_INFO_KEY: run.state()})
+    else:
+        update_run_info(run_dir, **{EXPORTS_KEY: {**exports, uri: run.state()}})
+    log(run_dir, f"exported to MLflow at {uri} (run {run.run_id})")
+    if not logged or not run.finish(MLFLOW_STATUS.get(str(info.get("status")), "FAILED")):
         raise ExportFailed(f"{uri}: MLflow failed while taking {run_dir} (the warning above says why); exporting "
                            "again continues where it stopped")
     return run.run_id
