@@ -216,7 +216,8 @@ def test_the_status_command_prints_json_and_watches_until_the_run_ends(tmp_path)
     seen = [json.loads(line) for line in result.output.splitlines()]
     assert seen[0]["status"] == "running" and seen[0]["run_dir"] == str(partial)
     assert (seen[-1]["status"], seen[-1]["run_dir"], seen[-1]["units_done"]) == ("finished", str(tmp_path / "run"), 3)
-    shown = CliRunner().invoke(app, ["status", str(tmp_path / "run")])
-    assert shown.exit_code == 0 and "finished" in shown.output and "3 of 3 done" in shown.output
+    for watch in ([], ["--watch"]):  # a run that has ended: shown once, also when watched
+        shown = CliRunner().invoke(app, ["status", str(tmp_path / "run"), *watch])
+        assert shown.exit_code == 0 and shown.output.count("finished") == 1 and "3 of 3 done" in shown.output
     missing = CliRunner().invoke(app, ["status", str(tmp_path / "nothing")])
     assert missing.exit_code == 2 and "no such run directory" in missing.output

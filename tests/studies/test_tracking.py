@@ -226,6 +226,14 @@ def test_a_tracking_server_that_is_down_is_a_warning_not_an_error(tmp_path, monk
     assert "WARNING tracking: opening the MLflow run failed at http://127.0.0.1:9" in (tmp_path / "run.log").read_text()
 
 
+def test_export_refuses_a_bad_uri_and_a_folder_that_is_no_run_in_one_line(tracked, tmp_path):
+    bad = CliRunner().invoke(app, ["export", str(tracked), "--mlflow", "sqlte:///mlflow.db"])
+    assert bad.exit_code == 2 and "--mlflow 'sqlte:///mlflow.db': unknown scheme 'sqlte'" in bad.output
+    empty = CliRunner().invoke(app, ["export", str(tmp_path), "--mlflow", "sqlite:///mlflow.db"])
+    assert empty.exit_code == 2 and "not a run directory (no metrics.jsonl)" in empty.output
+    assert "Traceback" not in bad.output + empty.output and not (tmp_path / "mlflow.db").exists()
+
+
 def test_without_mlflow_a_tracked_run_stops_before_training_saying_how_to_install_it(tmp_path, monkeypatch):
     without_mlflow(monkeypatch)
     path = tmp_path / "exp.toml"

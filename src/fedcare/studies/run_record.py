@@ -63,8 +63,8 @@ class RunRecord:
         self.version_changes = list(self.before.get("version_changes", []))
         self.tracking: MlflowRun | None = None  # the MLflow run, with [tracking] (`begin`)
 
-    def update(self, **facts: Any) -> dict:
-        return update_run_info(self.dir, **facts)
+    def update(self, **facts: Any) -> None:
+        update_run_info(self.dir, **facts)
 
     def log(self, message: str) -> None:
         log(self.dir, message)
