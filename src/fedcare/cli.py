@@ -237,14 +237,14 @@ def status(
         if as_json:
             print(json.dumps(state), flush=True)
 
-    state = reader.read()
+    state = reader.read()  # "process": a live process still holds the run (it writes its report after "finished")
     if not watch:
         print(json.dumps(state, indent=2)) if as_json else out.print(render(state))
         return
     try:
         if as_json:
             show(state)
-            while state["status"] == "running":
+            while state["status"] == "running" or state["process"]:  # until its process lets go (the report)
                 time.sleep(interval)
                 state = reader.read()
                 show(state)
@@ -252,7 +252,7 @@ def status(
         from rich.live import Live
 
         with Live(render(state), console=out, auto_refresh=False) as live:
-            while state["status"] == "running":
+            while state["status"] == "running" or state["process"]:  # until its process lets go (the report)
                 time.sleep(interval)
                 state = reader.read()
                 live.update(render(state), refresh=True)

@@ -82,7 +82,8 @@ def test_status_follows_a_run_in_progress_to_its_end_and_never_writes(tmp_path, 
         reader = StatusReader(out)
         first = reader.read()
         assert (first["status"], first["unit"], first["units_done"], first["units_total"]) == ("running", 1, 0, 3)
-        assert first["current_round"] is None and first["process"]["pid"] == os.getpid() and first["eta_seconds"] is None
+        assert first["current_round"] is None and first["eta_seconds"] is None
+        assert first["process"]["pid"] == os.getpid()
         go.release()
         assert reached.acquire(timeout=300)  # round 1 finished (its unit durable), round 2 about to start
         partial = tmp_path / "run.partial"
@@ -134,7 +135,8 @@ def test_status_of_a_deployed_run_names_the_sites_that_answered_or_were_missing(
     shutil.copytree(DEPLOYED, run)
     done = StatusReader(run).read()
     assert (done["status"], done["runtime"], done["units_done"], done["units_total"]) == ("finished", "flower", 3, 3)
-    assert done["sites"] == {"101": {"answered": 2, "late": 0, "missing": 1}, "102": {"answered": 3, "late": 0, "missing": 0},
+    assert done["sites"] == {"101": {"answered": 2, "late": 0, "missing": 1},
+                             "102": {"answered": 3, "late": 0, "missing": 0},
                              "103": {"answered": 3, "late": 0, "missing": 0}}
     assert done["missed"] == [{"site": "101", "operation": "fit", "method": "fedavg", "seed": 1, "phase": "train",
                                "round": 2}]

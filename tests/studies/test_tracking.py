@@ -127,7 +127,7 @@ def test_a_tracked_run_reads_back_equal_to_its_config_records_and_files(store, t
     tags = run.data.tags
     assert (tags["fedcare.study"], tags["fedcare.methods"], tags["fedcare.data"], tags["fedcare.runtime"],
             tags["fedcare.device"]) == ("fedhealth2", "fedavg", "synthetic", "in process", "cpu")
-    assert tags["fedcare.compute"].startswith("torch ")
+    assert tags["fedcare.compute"].startswith("torch ") and tags["fedcare.run_dir"] == str(tracked.resolve())
     assert json.loads((tracked / "run.json").read_text())["mlflow"]["logged_bytes"] == \
         (tracked / "metrics.jsonl").stat().st_size
     assert f"<th>MLflow run</th><td>{run_id} at {store}</td>" in (tracked / "report.html").read_text()

@@ -76,8 +76,8 @@ def params_of(config_toml: str) -> dict[str, str]:
     return dict(flat(tomllib.loads(config_toml), ""))
 
 
-def tags_of(info: dict, config: dict) -> dict[str, str]:
-    """The run's tags, from its run.json and config.toml."""
+def tags_of(info: dict, config: dict, run_dir: Path) -> dict[str, str]:
+    """The run's tags, from its run.json and config.toml; `run_dir`: where it is (its final name)."""
     from fedcare.compute import describe
 
     compute = info.get("compute")
@@ -86,7 +86,8 @@ def tags_of(info: dict, config: dict) -> dict[str, str]:
             "runtime": "flower" if info.get("runtime") == "flower" else "in process",
             "device": (config.get("runtime") or {}).get("device", "cpu"),
             "compute": describe(compute) if isinstance(compute, dict) else None,
-            "fedcare_version": info.get("fedcare_version"), "run_dir": info.get("run_dir"), "status": info.get("status")}
+            "fedcare_version": info.get("fedcare_version"), "status": info.get("status"),
+            "run_dir": str(Path(run_dir).resolve()).removesuffix(".partial")}
     return {f"fedcare.{k}": str(v)[:PARAM_LENGTH] for k, v in tags.items() if v is not None}
 
 
@@ -250,7 +251,8 @@ class MlflowRun:
 
     def state(self) -> dict:
         """What run.json keeps of it: where it is, and how much of metrics.jsonl it holds."""
-        return {"uri": self.uri, "experiment_id": self.experiment_id, "run_id": self.run_id, "logged_bytes": self.logged}
+        return {"uri": self.uri, "experiment_id": self.experiment_id, "run_id": self.run_id,
+                "logged_bytes": self.logged}
 
     def _safely(self, what: str, action: Callable[[], None]) -> bool:
         """Run `action`; a tracking failure is a warning and stops tracking for this process."""
@@ -277,7 +279,7 @@ class MlflowRun:
             from mlflow.entities import RunTag
 
             config = tomllib.loads((self.dir / "config.toml").read_text(encoding="utf-8"))
-            tags = [RunTag(k, v) for k, v in tags_of(read_run_info(self.dir)[0], config).items()]
+            tags = [RunTag(k, v) for k, v in tags_of(read_run_info(self.dir)[0], config, self.dir).items()]
             self.client.log_batch(self.run_id, tags=tags)
 
         return self._safely("tagging the MLflow run", action)
