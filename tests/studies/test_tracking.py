@@ -110,9 +110,9 @@ def test_every_number_of_a_record_is_a_metric_named_after_the_record_at_its_roun
 
 def test_the_config_becomes_dotted_params_within_mlflows_length():
     params = params_of('title = "t"\nseeds = [1, 2]\n[train]\nlr = 0.1\n[deployment.sites]\n"site-a" = 43\n'
-                       f'[data]\nroot = "{"x" * 7000}"\n')
+                       f'"ward (3)" = 44\n[data]\nroot = "{"x" * 7000}"\n')
     assert params["title"] == "t" and params["seeds"] == "[1, 2]" and params["train.lr"] == "0.1"
-    assert params["deployment.sites.site-a"] == "43"
+    assert params["deployment.sites.site-a"] == "43" and params["deployment.sites.ward _3"] == "44"
     assert len(params["data.root"]) == 6000 and params["data.root"].endswith("config.toml has it whole)")
 
 

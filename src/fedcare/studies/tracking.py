@@ -66,12 +66,12 @@ def params_of(config_toml: str) -> dict[str, str]:
     """config.toml's keys, dotted, with their values as text (lists as JSON)."""
     def flat(table: dict, prefix: str) -> Iterator[tuple[str, str]]:
         for key, value in table.items():
+            name = prefix + _segment(str(key))
             if isinstance(value, dict):
-                yield from flat(value, f"{prefix}{key}.")
+                yield from flat(value, f"{name}.")
             else:
                 text = value if isinstance(value, str) else json.dumps(value)
-                yield _key(prefix + str(key), "."), text if len(text) <= PARAM_LENGTH else \
-                    text[: PARAM_LENGTH - len(CUT)] + CUT
+                yield _key(name, "."), text if len(text) <= PARAM_LENGTH else text[: PARAM_LENGTH - len(CUT)] + CUT
 
     return dict(flat(tomllib.loads(config_toml), ""))
 
@@ -145,7 +145,7 @@ def _key(key: str, joint: str) -> str:
         return key
     import hashlib
 
-    return key[: KEY_LENGTH - 13] + joint + "cut-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+    return key[: KEY_LENGTH - 13].rstrip("/. ") + joint + "cut-" + hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
 def durable_records(run_dir: Path, start: int, end: int) -> tuple[list[dict], int]:
@@ -163,7 +163,7 @@ def mlflow_client(uri: str):
     """MLflow's client for `uri`; a one-line ConfigError when MLflow is not installed."""
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    if is_file_store(uri):  # MLflow 3 keeps file stores in maintenance mode, behind this opt-in: the config chose one
+    if is_file_store(uri):  # MLflow 3 keeps its file store in maintenance mode, behind an opt-in: the config chose it
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     try:
         from mlflow.tracking import MlflowClient
