@@ -273,9 +273,15 @@ def export(
     run that tracked live, or an earlier export), else a new one is made."""
     from fedcare.config import tracking_uri_problem
 
+    from fedcare.studies.status import find_run
+
     problem = tracking_uri_problem(mlflow)
     if problem:
         _fail(f"--mlflow {problem}")
+    try:
+        run_dir = find_run(run_dir)  # <out>, or <out>.partial when the run stopped
+    except FileNotFoundError as e:
+        _fail(str(e))
     if not (run_dir / "metrics.jsonl").is_file():
         _fail(f"{run_dir}: not a run directory (no metrics.jsonl)")
     from fedcare.studies.tracking import export_run
