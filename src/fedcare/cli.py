@@ -1,4 +1,4 @@
-"""The `fedcare` command line: demo, run, report and data commands."""
+"""The `fedcare` command line: demo, run, resume, report, status, export and data commands."""
 
 from __future__ import annotations
 
@@ -257,6 +257,93 @@ def lineage(
     if checked is not None:
         seal = "sealed by run.json" if checked.sealed else "not sealed yet (the run has not finished)"
         out.print(f"verified: {len(records)} records, {len(checked.models)} model files; {seal}", highlight=False)
+
+
+@app.command()
+def status(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory: <out>, or <out>.partial while it runs or after it "
+                                                 "stopped.")],
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until the run ends (Ctrl-C stops the watching, "
+                                                        "not the run).")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between refreshes with "
+                                                                      "--watch.")] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as one JSON object (with --watch: one a "
+                                                         "line, each refresh).")] = False,
+) -> None:
+    """Where a run stands, in process or across sites: status, unit k of n, the current round, the clients or sites
+    that took part, were late or missing, epsilon per client so far, elapsed time and ETA. Read-only: it never
+    writes to the run or takes its lock, so it is safe while the run writes."""
+    import json
+    import time
+
+    from fedcare.studies.status import StatusReader, render
+
+    try:
+        reader = StatusReader(run_dir)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    out = Console(soft_wrap=True)
+
+    def show(state: dict) -> None:
+        if as_json:
+            print(json.dumps(state), flush=True)
+
+    state = reader.read()  # "process": a live process still holds the run (it writes its report after "finished")
+    if not watch:
+        print(json.dumps(state, indent=2)) if as_json else out.print(render(state))
+        return
+    try:
+        if as_json:
+            show(state)
+            while state["status"] == "running" or state["process"]:  # until its process lets go (the report)
+                time.sleep(interval)
+                state = reader.read()
+                show(state)
+            return
+        from rich.live import Live
+
+        with Live(render(state), console=out, auto_refresh=False) as live:
+            while state["status"] == "running" or state["process"]:  # until its process lets go (the report)
+                time.sleep(interval)
+                state = reader.read()
+                live.update(render(state), refresh=True)
+    except KeyboardInterrupt:  # the watching stops; the run goes on
+        return
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run directory, or a stopped run's <out>.partial (its "
+                                                 "records up to the last finished unit).")],
+    mlflow: Annotated[str, typer.Option("--mlflow", help="MLflow tracking URI: sqlite:///path/mlflow.db, a folder, "
+                                                         "or http(s)://host:port.")],
+    experiment: Annotated[Optional[str], typer.Option(help="The MLflow experiment (default fedcare-<study>).")] = None,
+) -> None:
+    """Log a run to MLflow after the fact: its config as params, every record's numbers as metrics, its tags, and
+    report, tables and records as artifacts. The MLflow run its run.json names for that store is continued (a
+    run that tracked live, or an earlier export), else a new one is made."""
+    from fedcare.config import tracking_uri_problem
+
+    from fedcare.studies.status import find_run
+
+    problem = tracking_uri_problem(mlflow)
+    if problem:
+        _fail(f"--mlflow {problem}")
+    try:
+        run_dir = find_run(run_dir)  # <out>, or <out>.partial when the run stopped
+    except FileNotFoundError as e:
+        _fail(str(e))
+    if not (run_dir / "metrics.jsonl").is_file():
+        _fail(f"{run_dir}: not a run directory (no metrics.jsonl)")
+    from fedcare.studies.tracking import export_run
+
+    try:
+        run_id = export_run(run_dir, mlflow, experiment)
+    except UserError as e:
+        _user_error(e)
+    except OSError as e:
+        _fail(_os_error(e))
+    console.print(f"exported {escape(str(run_dir))} to MLflow run {run_id} at {escape(mlflow)}", highlight=False)
 
 
 @app.command()

@@ -112,7 +112,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         records.sync()
         record.finish(runtime, protocol, seconds)
         build_report(run.partial)
-        record.log("finished")
+        record.reported()
         records.close()
         lineage.close()
         return run.finish()
@@ -183,6 +183,7 @@ def _stopped(run: RunDirectory, record: RunRecord, error: BaseException, keep_pa
         flower = read_run_info(run.partial)[0].get("runtime") == "flower"
         how = f"fedcare flower run --resume {run.partial} --federation NAME" if flower else f"fedcare resume {run.partial}"
         return f"kept {run.partial} ({what}); continue with: {how}"
+    record.discarded(interrupted)
     run.remove()
     return "nothing was finished; nothing kept"
 
