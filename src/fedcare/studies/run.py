@@ -115,6 +115,8 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             records.close()
         e.add_note(_stopped(run, record, e, keep_partial, checkpoint))
         raise
+    finally:
+        record.close()
 
 
 def _source(study: Study, recorded: Any) -> dict:
