@@ -166,22 +166,23 @@ class RunRecord:
 
     def _rejected_notes(self) -> list[str]:
         """A note for each client whose replies were dropped before aggregation, and why: the
-        rounds it names went on without them (`fedcare.runtime.replies`)."""
+        exchanges it names went on without them (`fedcare.runtime.replies`)."""
         dropped: dict[tuple, list[str]] = {}
         for r in read_run_records(self.dir)[0]:
             if r.get("type") != "round":
                 continue
+            which = f"{r.get('method')} (seed {r.get('seed')}" + (f", {r['model']}'s model" if r.get("model") else "")
             for key, what in (("rejected_setup", "setup reply"), ("rejected", "reply")):
                 for client, why in (r.get(key) or {}).items():
-                    which = f"{r.get('method')} (seed {r.get('seed')}" + (f", {r['model']}'s model" if r.get("model") else "")
-                    where = f"{r.get('phase')} round {r.get('round')}" if key == "rejected" else f"before {r.get('phase')} round {r.get('round')}"
-                    dropped.setdefault((which, client, what, why), []).append(where)
-        return [f"{which}): client {client}'s {what} was dropped before aggregation ({why}) {_listed(where)}; "
-                f"{'the rounds' if len(where) > 1 else 'the round'} went on without it."
-                for (which, client, what, why), where in dropped.items()]
+                    where = f"{r.get('phase')} round {r.get('round')}"
+                    dropped.setdefault((which, client, what, why), []).append(
+                        where if key == "rejected" else f"the setup exchange before {where}")
+        return [f"{which}): client {client}'s {what} was dropped before aggregation ({why}) in {_listed(where)}; "
+                f"{'the setup' if what != 'reply' else 'the rounds' if len(where) > 1 else 'the round'} went on "
+                "without it." for (which, client, what, why), where in dropped.items()]
 
     def _diverged_notes(self) -> list[str]:
-        """A note for each method whose training stopped on a loss that was not a number."""
+        """A note for each method whose training stopped on a loss or weights that were not numbers."""
         records, _ = read_run_records(self.dir)
         notes = []
         for r in records:
@@ -222,9 +223,9 @@ def _progress(done: int, total: int) -> dict[str, int]:
 
 
 def _listed(where: list[str], shown: int = 4) -> str:
-    """'in train round 1', 'in train round 1, train round 2, ... (12 in all)'."""
+    """'train round 1', 'train round 1, train round 2, ... (12 in all)'."""
     more = f", ... ({len(where)} in all)" if len(where) > shown else ""
-    return "in " + ", ".join(where[:shown]) + more
+    return ", ".join(where[:shown]) + more
 
 
 class RunLogHandler(logging.Handler):
