@@ -16,6 +16,7 @@ from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS
 from fedcare.algorithms.fedap import fedap
 from fedcare.algorithms.feddg import AMPLITUDES, feddg
 from fedcare.algorithms.messages import Message
+from fedcare.algorithms.qfedavg import LOSS_AT_GLOBAL, qfedavg
 from fedcare.algorithms.robust import RULES, robust_algorithm
 from fedcare.algorithms.training import TrainingDiverged, TrainSettings
 from fedcare.config import ClientDP, Robustness
@@ -43,13 +44,14 @@ def honest_reply(client: int, sent: Message) -> Message:
 class ScriptedClients:
     """Clients that answer a fit at once (no training): honest replies, `bad` changed by `corrupt`."""
 
-    def __init__(self, corrupt=None, bad=(BAD,), min_replies: int = 1):
-        self.corrupt, self.bad, self.min_replies = corrupt, set(bad), min_replies
+    def __init__(self, corrupt=None, bad=(BAD,), min_replies: int = 1, scalars: dict | None = None):
+        self.corrupt, self.bad, self.min_replies, self.scalars = corrupt, set(bad), min_replies, scalars or {}
 
     def fit(self, phase, rnd, work):
         replies = {}
         for c, (sent, _) in sorted(work.items()):
             reply = honest_reply(c, sent)
+            reply.scalars.update(self.scalars)  # what an algorithm's client adds (q-FedAvg's loss at the global model)
             replies[c] = self.corrupt(reply) if c in self.bad and self.corrupt else reply
         return replies
 
@@ -295,3 +297,17 @@ def test_client_dp_drops_one_clients_infinite_update_instead_of_a_nan_model():
     info = fed.run_round("train", 1, {c: None for c in CLIENTS})
     assert list(info["rejected"]) == [str(BAD)]
     assert all(bool(torch.isfinite(t).all()) for t in fed.global_message.tensors.values())
+
+
+@pytest.mark.parametrize("change,reason", [
+    (lambda r: without(r, scalar=LOSS_AT_GLOBAL), "no loss_at_global (q-FedAvg weighs each update by it)"),
+    (lambda r: with_scalar(r, LOSS_AT_GLOBAL, -1.0), "loss_at_global is -1"),
+    (lambda r: with_scalar(r, LOSS_AT_GLOBAL, math.inf), "loss_at_global is inf"),
+])
+def test_what_a_servers_own_rule_reads_is_checked_too(change, reason):
+    """q-FedAvg weighs each update by the client's loss at the global model: a reply without it
+    stopped the run with a KeyError, a negative one with a ValueError."""
+    clients = ScriptedClients(change, scalars={LOSS_AT_GLOBAL: 0.7})
+    fed = Federation(tiny_model(), qfedavg(SETTINGS), seed=0, clients=clients)
+    info = fed.run_round("train", 1, {c: None for c in CLIENTS})
+    assert info["rejected"] == {str(BAD): reason}

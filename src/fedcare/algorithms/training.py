@@ -302,7 +302,7 @@ def train_steps(
                     break
             if not drawn:  # the sampler has stopped (DP-SGD's budget is spent)
                 break
-        run.check_weights(f"{taken} steps")
+        run.check_weights("local training")
         return total / taken if taken else float("nan")
     order, start, total = torch.randperm(n, generator=generator, device=generator.device), 0, 0.0
     for _ in range(steps):
@@ -310,7 +310,7 @@ def train_steps(
             order, start = torch.randperm(n, generator=generator, device=generator.device), 0
         total += run.step(order[start : start + batch_size])
         start += batch_size
-    run.check_weights(f"{steps} steps")
+    run.check_weights("local training")
     return total / steps
 
 

@@ -114,7 +114,8 @@ class Federation:
             # DP-SGD with a budget: a client with no step left replied without training
             skipped = {c: m for c, m in replies.items() if skipped_reply(m)}
             replies, rejected = split_replies({c: m for c, m in replies.items() if c not in skipped},
-                                              lambda c, m: fit_reply_problem(m, work[c][0]) if c in work else "a reply to no question")
+                                              lambda c, m: fit_reply_problem(m, work[c][0], self.server.reply_problem)
+                                              if c in work else "a reply to no question")
             self._check_left(f"round {rnd} of phase {phase!r}", len(work) - len(skipped), replies, rejected)
             answered = sorted(replies)  # on Flower a site may have dropped out; a rejected reply is a failed client's
         else:  # secure aggregation: the server gets one reply, the survivors' weighted mean
@@ -170,11 +171,11 @@ class Federation:
         """Tell the dropped replies; stop when fewer valid replies are left than the exchange
         needs: one, or the deployment's quorum (`min_replies`) of those asked."""
         self._tell(exchange, rejected)
-        needed = min(getattr(self.clients, "min_replies", 1), asked)
-        if rejected and len(replies) < max(needed, 1):
+        needed = max(1, min(getattr(self.clients, "min_replies", 1), asked))
+        if rejected and len(replies) < needed:
             raise InvalidReplies(f"{self.algorithm.name} (seed {self.seed}), {exchange}: {len(replies)} valid "
-                                 f"{'reply' if len(replies) == 1 else 'replies'} left of {asked} (needed {max(needed, 1)})"
-                                 f"; dropped {describe_rejected(rejected)}")
+                                 f"{'reply' if len(replies) == 1 else 'replies'} left of {asked} (needed {needed}); "
+                                 f"dropped {describe_rejected(rejected)}")
 
     def _aggregate(self, phase: str, rnd: int, replies: Mapping[ClientId, Message],
                    rejected: Mapping[ClientId, str]) -> Message:

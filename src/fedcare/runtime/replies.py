@@ -9,7 +9,8 @@ sent and expects; a reply that fails is dropped as a failed client's, with the r
 - a fit reply (`fit_reply_problem`) holds exactly the tensors of the message the client
   received (the algorithm's shared tensors: none missing, none extra), each with that
   message's shape and dtype (a 0-d tensor would broadcast into a mean), every value finite;
-  a positive, finite, whole example count (`NUM_EXAMPLES`); a finite `TRAIN_LOSS`;
+  a positive, finite, whole example count (`NUM_EXAMPLES`); a finite `TRAIN_LOSS`; what the
+  server half's rule reads of it (`ServerHalf.reply_problem`: q-FedAvg's loss at the global model);
 - a setup reply (`setup_reply_problem`: FedAP's statistics, FedDG's amplitudes) holds
   finite floating-point tensors, a valid example count if it has one, what the server half
   expects of it (`ServerHalf.setup_reply_problem`), and agrees in names, dtypes and
@@ -40,8 +41,10 @@ class InvalidReplies(UserError, ValueError):
     the message names each dropped client and why."""
 
 
-def fit_reply_problem(reply: object, sent: Message) -> str | None:
-    """Why `reply` cannot be aggregated as the answer to a fit that sent `sent` (None: it can)."""
+def fit_reply_problem(reply: object, sent: Message, expects: Callable[[Message], str | None] = lambda m: None,
+                      ) -> str | None:
+    """Why `reply` cannot be aggregated as the answer to a fit that sent `sent` (None: it can);
+    `expects` is the server half's own check (`ServerHalf.reply_problem`: q-FedAvg's loss)."""
     problem = _form_problem(reply)
     if problem:
         return problem
@@ -58,7 +61,7 @@ def fit_reply_problem(reply: object, sent: Message) -> str | None:
             return problem
     if TRAIN_LOSS not in reply.scalars:
         return f"no {TRAIN_LOSS}"
-    return _scalars_problem(reply.scalars, needs_count=True)
+    return _scalars_problem(reply.scalars, needs_count=True) or expects(reply)
 
 
 def setup_reply_problem(reply: object, expects: Callable[[Message], str | None]) -> str | None:

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from flwr.app import ConfigRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedcare.algorithms import fedavg
 from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS
@@ -24,14 +23,14 @@ from fedcare.runtime.flower.records import decode_ops, encode_results
 from fedcare.runtime.refs import Split
 from fedcare.runtime.replies import InvalidReplies
 
+from support.flower_offline import task_identity
 from support.tiny import tiny_model
 
 
 @pytest.fixture(autouse=True)
-def _a_serverapp_run(monkeypatch):
-    monkeypatch.setattr(TaskIdentity, "_run_id", 1)  # what Flower sets in a ServerApp's process: messages need it
-    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
-    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+def _a_serverapp_run():
+    with task_identity():  # what Flower sets in a ServerApp's process: messages need it
+        yield
 
 
 class SitesGrid:
