@@ -104,3 +104,13 @@ def test_embedding_task_verifies_at_the_client_from_normalised_embeddings():
     with pytest.raises(TypeError, match="margin head"):
         task.loss(embeddings, labels)
     assert math.isnan(task.evaluation_loss(embeddings, labels))
+
+
+def test_a_diverged_models_scores_give_no_accuracy_instead_of_argmaxs_pick():
+    """NaN logits gave "accuracy" 0.0 or 0.1 (argmax picks class 0), and the summary showed it as
+    a result ("fedavg 10.0 ± 9.4", issue 35 item 13); now it is NA, as the binary metrics are."""
+    y = torch.tensor([0, 1, 2, 0])
+    nan_scores = MULTICLASS.scores(torch.full((4, 3), math.nan))
+    assert math.isnan(MULTICLASS.metrics("accuracy", nan_scores, math.nan, ClientData(torch.zeros(4), y))["accuracy"])
+    fine = MULTICLASS.metrics("accuracy", MULTICLASS.scores(torch.eye(3)[y]), 0.1, ClientData(torch.zeros(4), y))
+    assert fine["accuracy"] == 1.0

@@ -114,8 +114,9 @@ class MulticlassTask(Task):
         return None
 
     def metrics(self, kind: str, scores: torch.Tensor, loss: float, data: ClientData) -> dict:
-        if kind == "accuracy":
-            correct = (scores.argmax(dim=1) == data.y).float().mean().item() if len(data) else math.nan
+        if kind == "accuracy":  # a diverged model's scores are not finite: no accuracy (NA), not argmax's pick
+            scored = len(data) and bool(torch.isfinite(scores).all())
+            correct = (scores.argmax(dim=1) == data.y).float().mean().item() if scored else math.nan
             return {"loss": loss, "n": len(data), "accuracy": correct}
         return super().metrics(kind, scores, loss, data)
 

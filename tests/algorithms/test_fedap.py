@@ -90,3 +90,19 @@ def test_before_setup_the_server_averages_like_fedbn():
     replies = {c: Message({"w": torch.full((1,), float(c))}, {"num_examples": 1.0}) for c in (1, 3)}
     out = algorithm.server.aggregate(Message({"w": torch.zeros(1)}), replies)
     assert out.tensors["w"].item() == 2.0 and algorithm.server.message_for(1, out) is out
+
+
+@pytest.mark.parametrize("statistics", ["bn", "classifier"])
+def test_the_server_expects_exactly_the_statistics_an_honest_client_sends(statistics):
+    """The setup check (`FedAPServer.setup_reply_problem`) knows each statistic's name and shape
+    from the model: an honest reply passes; a layer more, or a negative variance, does not."""
+    algo = fedap(SETTINGS, statistics=statistics)
+    model = tiny_model()
+    message = algo.server.initial_message(model)
+    reply = algo.client.setup(model, message, algo.client.init_state(model), tiny_data(1), Randomness(0, "s", 1, 0))
+    assert set(algo.server.expected) == set(reply.tensors) and algo.server.setup_reply_problem(reply) is None
+    extra = Message({**reply.tensors, "classifier.9.mean": torch.zeros(3)}, reply.scalars)
+    assert algo.server.setup_reply_problem(extra) == "unexpected statistic 'classifier.9.mean'"
+    var = next(k for k in reply.tensors if k.endswith(".var"))
+    negative = Message({**reply.tensors, var: -reply.tensors[var] - 1}, reply.scalars)
+    assert algo.server.setup_reply_problem(negative) == f"statistic {var!r} holds a negative variance"

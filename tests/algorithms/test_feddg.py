@@ -87,3 +87,17 @@ def test_mixing_a_batch_equals_the_full_complex_fft_image_by_image():
             amplitude = (1 - lam[i]) * spectrum.abs() + lam[i] * bank[entries[i]]
             expected = torch.fft.ifft2(torch.polar(amplitude, spectrum.angle())).real.clamp(0, 1)
             assert torch.allclose(mixed[i], expected, atol=1e-5)
+
+
+def test_an_honest_clients_amplitudes_pass_the_servers_check_and_negative_ones_do_not():
+    from fedcare.algorithms.feddg import AMPLITUDES
+    from fedcare.algorithms.messages import Message
+
+    algo = feddg(SETTINGS, bank_per_client=3)
+    model = tiny_model()
+    message = algo.server.initial_message(model)
+    reply = algo.client.setup(model, message, algo.client.init_state(model), tiny_data(1), Randomness(0, "s", 1, 0))
+    assert algo.server.setup_reply_problem(reply) is None
+    assert algo.server.setup_reply_problem(Message({AMPLITUDES: -reply.tensors[AMPLITUDES]})) == (
+        f"{AMPLITUDES!r} holds a negative amplitude")
+    assert "expected only" in algo.server.setup_reply_problem(Message({"other": reply.tensors[AMPLITUDES]}))

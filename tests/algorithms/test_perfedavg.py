@@ -236,3 +236,14 @@ def test_adapt_takes_plain_sgd_steps_at_alpha():
     assert out is model and not model.training  # mode restored
     for p, e in zip(model.parameters(), expected.parameters()):
         assert torch.allclose(p, e, rtol=0, atol=1e-12)
+
+
+def test_a_meta_step_that_overflows_the_weights_is_the_clients_divergence():
+    """Per-FedAvg steps outside the training loop: its fit checks its weights as the loop does,
+    so a diverged client fails by name instead of sending NaN weights on."""
+    from fedcare.algorithms.training import TrainingDiverged
+
+    fed = Federation(tiny_model(), perfedavg(TrainSettings(lr=1e30, batch_size=8, local_epochs=1), alpha=1e30, beta=1e30),
+                     seed=0)
+    with pytest.raises(TrainingDiverged, match=r"the weights after its meta steps are not finite .* \(client 1\)$"):
+        fed.run_round("train", 1, {1: tiny_data(1)})

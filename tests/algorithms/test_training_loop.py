@@ -12,10 +12,12 @@ from fedcare.algorithms.training import (
     SGD,
     AdamW,
     OneCycle,
+    TrainingDiverged,
     TrainSettings,
     as_float,
     batches_per_epoch,
     train_epochs,
+    train_steps,
 )
 from fedcare.tasks import BINARY
 
@@ -206,3 +208,30 @@ def test_a_clients_evaluation_runs_in_batches_of_its_eval_batch_size():
     message = Message({k: v.clone() for k, v in model.state_dict().items()})
     metrics = half.evaluate(model, message, {}, data, "loss")
     assert sizes == [16, 16, 8] and metrics["n"] == 40
+
+
+@pytest.mark.parametrize("driver", ["epochs", "steps"])
+def test_weights_that_a_step_made_infinite_stop_training_though_the_batch_loss_was_finite(driver):
+    """The loop checked only each batch's loss, computed before its step: a step that overflowed
+    the weights went unnoticed until the next batch, or for ever after the last one (issue 35,
+    item 13). Now the weights are checked after each epoch (and after `train_steps`)."""
+    def overflow(model, batch_size):  # a gradient no learning rate survives
+        for p in model.parameters():
+            p.grad.fill_(3e38)
+
+    settings = TrainSettings(lr=10.0, batch_size=40, local_epochs=1, gradient_hook=overflow)
+    model, data = tiny_model(), tiny_data(1)  # one batch: its loss is the initial model's, finite
+    with pytest.raises(TrainingDiverged, match="the weights after (epoch 1|local training) are not finite"):
+        if driver == "epochs":
+            train_epochs(model, model.parameters(), data, settings, generator=torch.Generator().manual_seed(0))
+        else:
+            train_steps(model, model.parameters(), data, settings, steps=1, generator=torch.Generator().manual_seed(0))
+
+
+def test_a_diverged_clients_error_names_the_client():
+    from fedcare.algorithms import fedavg
+    from fedcare.runtime.federation import Federation
+
+    fed = Federation(tiny_model(), fedavg(TrainSettings(lr=1e30, batch_size=8, local_epochs=1)), seed=0)
+    with pytest.raises(TrainingDiverged, match=r"^training diverged: .* \(client 7\)$"):
+        fed.run_round("train", 1, {7: tiny_data(7)})

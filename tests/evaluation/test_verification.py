@@ -57,3 +57,10 @@ def test_global_testing_draws_impostors_from_the_pool_and_keeps_the_genuine_pair
     assert np.isin(pool[impostor[:, 1]], [5, 6, 7]).mean() > 0.5  # 4 or 5 of the 6 partners are outside
     assert len(sample_pairs(y, np.random.default_rng(0), 10, 10, pool=np.array([0]))[1]) == 10  # d of identity 1
     assert len(sample_pairs(y[:2], np.random.default_rng(0), 10, 10, pool=np.array([0, 0]))[1]) == 0
+
+
+def test_scores_of_a_diverged_model_give_no_tar_instead_of_zero():
+    genuine, impostor = np.array([0.9, np.nan]), np.array([0.1, 0.2, 0.3])
+    assert all(np.isnan(v) for v in tar_at_far(genuine, impostor, 0.1))
+    assert all(np.isnan(v) for v in tar_at_far(np.array([0.9, 0.8]), np.array([np.nan, 0.2]), 0.1))
+    assert tar_at_far(np.array([0.9, 0.8]), np.array([0.1, 0.2]), 0.5)[0] == 1.0

@@ -19,7 +19,7 @@ from torch import nn
 
 from fedcare.algorithms import fedavg, pfdl
 from fedcare.algorithms.base import DP_EPSILON
-from fedcare.algorithms.training import TrainSettings, train_epochs
+from fedcare.algorithms.training import TrainingDiverged, TrainSettings, train_epochs
 from fedcare.config import DPSGD, Privacy
 from fedcare.privacy import PrivacyError, private_algorithm, private_model
 from fedcare.privacy.dp_sgd import LEDGER, PerExampleClipNoise, epsilon
@@ -203,3 +203,15 @@ def test_train_epochs_without_a_hook_is_untouched():
     train_epochs(model, model.parameters(), linear_data(), TrainSettings(batch_size=8, local_epochs=1),
                  generator=torch.Generator().manual_seed(0))
     assert not hasattr(model.fc.weight, "grad_sample")
+
+
+def test_a_clipping_norm_of_1e300_stops_as_divergence_without_an_epsilon_beside_null_losses():
+    """max_grad_norm = 1e300 made the noise overflow every weight in a round's last step: the
+    round recorded epsilon 4.73 and a finite training loss, its evaluation null losses (issue 35,
+    item 13). The weights are now checked after each epoch: the client's training diverged."""
+    settings = TrainSettings(lr=0.05, batch_size=40, local_epochs=1)  # one step a round: its loss is finite
+    model = private_model(tiny_model(), Privacy(dp_sgd=DPSGD()))
+    algo = private_algorithm(fedavg(settings), Privacy(dp_sgd=DPSGD(noise_multiplier=1.0, max_grad_norm=1e300)))
+    fed = Federation(model, algo, seed=1)
+    with pytest.raises(TrainingDiverged, match=r"the weights after epoch 1 are not finite .* \(client 0\)"):
+        fed.run_round("train", 1, {0: tiny_data(0), 1: tiny_data(1)})

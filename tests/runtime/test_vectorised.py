@@ -153,3 +153,14 @@ def test_what_is_batched_is_what_the_client_half_declares():
     assert wrapped.batched_finetune() is None and not wrapped.batched_fit
     clients = VectorisedClients(har_model(), wrapped, 0)
     assert clients.finetune is None and clients.why_not == "DelegatingClient trains by its own fit"
+
+
+def test_a_client_whose_batched_training_diverges_fails_by_name_as_in_the_plain_loop():
+    """The batched fit checked no loss and no weight: a diverged client's NaN reply went on to the
+    server. Now it stops as that client's divergence, as `train_epochs` does."""
+    from fedcare.algorithms.training import TrainingDiverged
+
+    settings = TrainSettings(lr=1e30, batch_size=4, local_epochs=2, task=MULTICLASS)
+    for runtime in (LocalClients, VectorisedClients):
+        with pytest.raises(TrainingDiverged, match=r"^training diverged: .* \(client 0\)$"):
+            federation(fedavg(settings), runtime).run_round("train", 1, cohort())

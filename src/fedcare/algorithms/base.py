@@ -224,6 +224,17 @@ class ServerHalf:
         """Receives the clients' setup messages (see `ClientHalf.setup`); may answer each client."""
         return None
 
+    def reply_problem(self, reply: Message) -> str | None:
+        """Why `aggregate` cannot use this client's fit reply (None: it can), beyond what every
+        reply is checked for (`fedcare.runtime.replies`: the tensors sent back with their shapes
+        and dtypes, finite values, a valid count and loss): a scalar of its own rule."""
+        return None
+
+    def setup_reply_problem(self, reply: Message) -> str | None:
+        """Why `setup` cannot use this client's reply (None: it can), beyond what every reply is
+        checked for (`fedcare.runtime.replies`: finite floating-point tensors, a valid count)."""
+        return None
+
     def message_for(self, client: ClientId, message: Message) -> Message:
         """What `client` receives: the global message, or its own payload (FedAP)."""
         return message
@@ -288,6 +299,12 @@ class DelegatingServer(ServerHalf):
 
     def setup(self, replies: Mapping[ClientId, Message]) -> Mapping[ClientId, Message] | None:
         return self.inner.setup(replies)
+
+    def reply_problem(self, reply: Message) -> str | None:
+        return self.inner.reply_problem(reply)
+
+    def setup_reply_problem(self, reply: Message) -> str | None:
+        return self.inner.setup_reply_problem(reply)
 
     def message_for(self, client: ClientId, message: Message) -> Message:
         return self.inner.message_for(client, message)

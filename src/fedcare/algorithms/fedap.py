@@ -116,17 +116,46 @@ class FedAPClient(ClientHalf):
         return Message(input_statistics(model, data, self.statistics), {NUM_EXAMPLES: float(len(data))})
 
 
+def _channels(module: nn.Module) -> int:
+    """How many channels an observed layer's input has (`input_statistics` gives one value each)."""
+    for name in ("num_features", "num_channels", "in_features"):  # BatchNorm, DP-SGD's GroupNorm, Linear
+        if isinstance(getattr(module, name, None), int):
+            return getattr(module, name)
+    raise ValueError(f"FedAP cannot tell the channels of a {type(module).__name__}")
+
+
 class FedAPServer(ServerHalf):
     needs = "each"  # a personal aggregate per client, from the others' replies by similarity
     has_setup = True  # each client's feature statistics
 
-    def __init__(self, lam: float, weighting: str):
+    def __init__(self, lam: float, weighting: str, statistics: str = "bn"):
         super().__init__(FEDBN_SPLIT, weighting)
         if not 0 <= lam <= 1:
             raise ValueError(f"lambda must be in [0, 1], got {lam}")
         self.lam = lam
+        self.observes = statistics
+        self.expected: dict[str, tuple[int, ...]] = {}  # each statistic's shape, from the model (initial_message)
         self.statistics: dict[ClientId, dict[str, torch.Tensor]] = {}
         self.personal: dict[ClientId, Message] = {}
+
+    def initial_message(self, model: nn.Module) -> Message:
+        self.expected = {f"{path}.{kind}": (_channels(module),)
+                         for path, module in _observed_modules(model, self.observes).items() for kind in ("mean", "var")}
+        return super().initial_message(model)
+
+    def setup_reply_problem(self, reply: Message) -> str | None:
+        """The statistics of the model's observed layers, one value per channel; no negative variance."""
+        names = set(reply.tensors)
+        if names != set(self.expected):
+            wrong = sorted(names ^ set(self.expected))[0]
+            return f"{'unexpected' if wrong in names else 'missing'} statistic {wrong!r}"
+        for name, shape in self.expected.items():
+            tensor = reply.tensors[name]
+            if tuple(tensor.shape) != shape:
+                return f"statistic {name!r} has shape {tuple(tensor.shape)}, expected {shape}"
+            if name.endswith(".var") and bool((tensor < 0).any()):
+                return f"statistic {name!r} holds a negative variance"
+        return None
 
     def setup(self, replies: Mapping[ClientId, Message]) -> None:
         self.statistics = {c: dict(m.tensors) for c, m in replies.items()}
@@ -160,4 +189,4 @@ def fedap(settings: TrainSettings, lam: float = 0.5, statistics: str = "bn", wei
     if statistics not in ("bn", "classifier"):
         raise ValueError(f"statistics must be 'bn' or 'classifier', got {statistics!r}")
     name = "fedap" if statistics == "bn" else "d-fedap"
-    return Algorithm(name, FedAPClient(settings, statistics), FedAPServer(lam, weighting))
+    return Algorithm(name, FedAPClient(settings, statistics), FedAPServer(lam, weighting, statistics))

@@ -92,6 +92,17 @@ class FedDGServer(ServerHalf):
         super().__init__(SHARE_ALL, weighting)
         self.include_own = include_own
 
+    def setup_reply_problem(self, reply: Message) -> str | None:
+        """Amplitude spectra only: at least one image's, none negative (|FFT2| is not)."""
+        if set(reply.tensors) != {AMPLITUDES}:
+            return f"tensors {sorted(reply.tensors)}, expected only {AMPLITUDES!r}"
+        amplitudes = reply.tensors[AMPLITUDES]
+        if amplitudes.ndim < 3 or len(amplitudes) == 0:
+            return f"{AMPLITUDES!r} has shape {tuple(amplitudes.shape)}, expected (images, ..., height, width)"
+        if bool((amplitudes < 0).any()):
+            return f"{AMPLITUDES!r} holds a negative amplitude"
+        return None
+
     def setup(self, replies: Mapping[ClientId, Message]) -> dict[ClientId, Message]:
         clients = sorted(replies)
         answers = {}

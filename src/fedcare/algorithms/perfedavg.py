@@ -60,7 +60,7 @@ from torch.func import functional_call
 from fedcare.algorithms.base import Algorithm, ClientHalf, ServerHalf
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.algorithms.split import SHARE_ALL, ParameterSplit
-from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float, train_steps
+from fedcare.algorithms.training import ClientData, Randomness, TrainSettings, as_float, check_finite, train_steps
 from fedcare.device import device_of
 from fedcare.tasks import BatchLoss
 
@@ -220,6 +220,7 @@ class PerFedAvgClient(ClientHalf):
                 first_order=self.first_order,
             )
             losses.append(loss)
+        check_finite(params.values(), "its meta steps")  # as the training loop checks its steps
         named = dict(model.named_parameters())
         with torch.no_grad():
             for k, v in params.items():

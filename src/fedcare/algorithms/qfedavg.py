@@ -115,6 +115,12 @@ class QFedAvgServer(ServerHalf):
         self.lipschitz = float(lipschitz)
         self.loss_key = loss_key
 
+    def reply_problem(self, reply: Message) -> str | None:
+        """F_k(w^t), the client's loss at the global model: present, and not negative."""
+        if self.loss_key not in reply.scalars:
+            return f"no {self.loss_key} (q-FedAvg weighs each update by it)"
+        return None if reply.scalars[self.loss_key] >= 0 else f"{self.loss_key} is {reply.scalars[self.loss_key]:g}"
+
     def aggregate(self, current: Message, replies: Mapping[ClientId, Message]) -> Message:
         plain = super().aggregate(current, replies)  # integer tensors keep the average
         if not replies or plain is current:

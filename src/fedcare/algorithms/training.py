@@ -142,7 +142,8 @@ class _Optimisation:
                  penalty: Callable[[], torch.Tensor | None] | None, round: int = 1):
         self.model, self.data, self.settings = model, data, settings
         self.generator, self.batch_transform, self.penalty = generator, batch_transform, penalty
-        self.optimizer = settings.optimizer(list(params), lr)
+        self.params = list(params)
+        self.optimizer = settings.optimizer(self.params, lr)
         self.scheduler = settings.scheduler(self.optimizer, steps, round) if settings.scheduler and steps > 0 else None
         self.loss = settings.batch_loss(data)
         self.device = device_of(model)  # batches go where the model is; the data stay on the host
@@ -181,6 +182,11 @@ class _Optimisation:
                                    "model, or gradients that grow without bound); its numbers would mean nothing")
         return value
 
+    def check_weights(self, when: str) -> None:
+        """The weights the steps produced are finite: a step can overflow them while the batch
+        loss, computed before it, still was (a learning rate or DP-SGD noise out of range)."""
+        check_finite([*self.params, *(b for b in self.model.buffers() if b.is_floating_point())], when)
+
     def _empty_step(self) -> float:
         """A Poisson-sampled batch with no example: the step still happens (skipping it would
         tell which batches were empty); the gradient hook (DP-SGD) makes it noise alone."""
@@ -196,8 +202,17 @@ class _Optimisation:
 
 
 class TrainingDiverged(UserError, ValueError):
-    """A training loss that is not a finite number: the run stops (what finished is kept)
-    instead of reporting metrics of a model that no longer means anything."""
+    """A training loss or weights that are not finite numbers: the method stops (what finished
+    is kept) instead of reporting metrics of a model that no longer means anything."""
+
+
+def check_finite(tensors: Iterable[torch.Tensor], when: str) -> None:
+    """Raise TrainingDiverged unless every value of `tensors` is finite (one check on the device)."""
+    flags = [torch.isfinite(t).all() for t in tensors if t.numel()]
+    if flags and not bool(torch.stack(flags).all()):
+        raise TrainingDiverged(f"training diverged: the weights after {when} are not finite (a learning rate too high "
+                               "for this model, or DP-SGD's noise or clipping out of range); its numbers would mean "
+                               "nothing")
 
 
 def batches_per_epoch(n: int, batch_size: int) -> int:
@@ -236,14 +251,15 @@ def train_epochs(
                         epochs * per_epoch, generator, batch_transform, penalty, round)
     last_loss = float("nan")
     if sampler is not None:
-        for _ in range(epochs):
+        for epoch in range(epochs):
             total, count = 0.0, 0
             for idx in sampler.epoch(n, batch_size, generator):
                 total += run.step(idx) * len(idx)
                 count += len(idx)
             last_loss = total / count if count else last_loss
+            run.check_weights(f"epoch {epoch + 1}")
         return last_loss
-    for _ in range(epochs):
+    for epoch in range(epochs):
         order = torch.randperm(n, generator=generator, device=generator.device)  # drawn per epoch: batch transforms share the generator
         total, count = 0.0, 0
         for start in range(0, n, batch_size):
@@ -253,6 +269,7 @@ def train_epochs(
             total += run.step(idx) * len(idx)
             count += len(idx)
         last_loss = total / max(count, 1)
+        run.check_weights(f"epoch {epoch + 1}")
     return last_loss
 
 
@@ -285,6 +302,7 @@ def train_steps(
                     break
             if not drawn:  # the sampler has stopped (DP-SGD's budget is spent)
                 break
+        run.check_weights("local training")
         return total / taken if taken else float("nan")
     order, start, total = torch.randperm(n, generator=generator, device=generator.device), 0, 0.0
     for _ in range(steps):
@@ -292,6 +310,7 @@ def train_steps(
             order, start = torch.randperm(n, generator=generator, device=generator.device), 0
         total += run.step(order[start : start + batch_size])
         start += batch_size
+    run.check_weights("local training")
     return total / steps
 
 

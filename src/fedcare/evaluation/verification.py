@@ -25,6 +25,8 @@ def tar_at_far(genuine: np.ndarray, impostor: np.ndarray, far: float = 0.1) -> t
     genuine, impostor = np.asarray(genuine, np.float64), np.asarray(impostor, np.float64)
     if len(genuine) == 0 or len(impostor) == 0:
         return math.nan, math.nan, math.nan
+    if not (np.isfinite(genuine).all() and np.isfinite(impostor).all()):  # a diverged model's: no TAR (NA), not 0
+        return math.nan, math.nan, math.nan
     accepted = math.floor(far * len(impostor) + 1e-9)  # impostors the FAR allows (1e-9: 0.29 * 100 is 28.999...)
     threshold = float(np.sort(impostor)[len(impostor) - 1 - accepted])
     return float((genuine > threshold).mean()), float((impostor > threshold).mean()), threshold

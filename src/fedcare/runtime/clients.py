@@ -14,7 +14,8 @@ process only, the `ClientData` itself (pooled data, a pretraining split).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, Union
 
@@ -22,7 +23,7 @@ from torch import nn
 
 from fedcare.algorithms.base import ClientHalf, ClientId
 from fedcare.algorithms.messages import ClientState, Message, clone_state
-from fedcare.algorithms.training import ClientData, Randomness
+from fedcare.algorithms.training import ClientData, Randomness, TrainingDiverged
 from fedcare.runtime.refs import DataRef
 
 Data = Union[DataRef, ClientData]  # what an operation's data is: a reference, or (in process) the data
@@ -104,6 +105,10 @@ class ClientRunner:
 
     def run(self, op: Operation, model: nn.Module, data: ClientData | None) -> Message | dict | None:
         """Message for Fit, Setup (None: no setup) and Exchange, metrics for Evaluate, else None."""
+        with diverges_as(self.client):
+            return self._run(op, model, data)
+
+    def _run(self, op: Operation, model: nn.Module, data: ClientData | None) -> Message | dict | None:
         half = self.half
         if isinstance(op, Fit):
             reply, self.state = half.fit(model, op.message, self.state, data, self._rng(op.phase, op.round))
@@ -137,6 +142,15 @@ class ClientRunner:
         return Randomness(self.seed, phase, self.client, rnd)
 
 
+@contextmanager
+def diverges_as(client: ClientId) -> Iterator[None]:
+    """Training that diverges inside is `client`'s divergence: its TrainingDiverged names the client."""
+    try:
+        yield
+    except TrainingDiverged as e:
+        raise TrainingDiverged(f"{e} (client {client!r})") from e
+
+
 # --------------------------------------------------------------------------- the interface
 
 
@@ -144,7 +158,10 @@ class Clients(Protocol):
     """The client side of a federation, as the server side sees it. Every method takes the
     clients it addresses in `work` and returns replies keyed by client; a runtime may return
     fewer replies than asked (a site that dropped out) but never reorders arithmetic: callers
-    iterate in sorted client order."""
+    iterate in sorted client order. `min_replies`: the fewest valid replies an exchange goes
+    on with (a deployment's quorum; 1 when absent)."""
+
+    min_replies: int
 
     def fit(self, phase: str, rnd: int, work: Work) -> dict[ClientId, Message]: ...
 
@@ -169,6 +186,8 @@ class LocalClients:
     """Every client in this process, one after another on a single working model (no per-client
     model copies, the memory trap of PFLlib#130): before a client runs, its model is assembled
     from the message it receives and its private state."""
+
+    min_replies = 1  # every client here answers: an exchange goes on while one valid reply is left
 
     def __init__(self, model: nn.Module, half: ClientHalf, seed: int, resolve: DataResolver | None = None):
         self.model = model

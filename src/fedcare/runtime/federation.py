@@ -5,18 +5,25 @@ same loop runs the in-process simulator (with `LocalClients`) and Flower's Serve
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from torch import nn
 
-from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, PRIVACY_METRICS, TRAIN_LOSS, Algorithm, ClientId
+from fedcare.algorithms.base import DP_EPSILON, NUM_EXAMPLES, PRIVACY_METRICS, TRAIN_LOSS, Algorithm, ClientId
 from fedcare.algorithms.messages import ClientState, Message
+from fedcare.algorithms.training import TrainingDiverged
+from fedcare.errors import UserError
 from fedcare.runtime.clients import Clients, Data, LocalClients
 from fedcare.runtime.digest import message_digest
 from fedcare.runtime.lineage import Aggregation, Chain
+from fedcare.runtime.replies import (InvalidReplies, describe_rejected, disagreeing, fit_reply_problem, global_problem,
+                                     setup_reply_problem, skipped_reply, split_replies)
 from fedcare.seeding import numpy_rng
+
+log = logging.getLogger("fedcare.runtime")
 
 POOLED = "pooled"
 
@@ -53,6 +60,7 @@ class Federation:
         self.observers: list[Callable[[Message, Mapping[ClientId, Message], Message], None]] = []
         self.clients: Clients = clients if clients is not None else LocalClients(model, algorithm.client, seed)
         self.lineage: Chain | None = None  # the run's lineage of this federation's aggregates (`Lineage.follow`)
+        self.setup_rejected: dict[ClientId, str] = {}  # the setup exchange's dropped replies, until a round records them
 
     # -- in-process inspection (tests): what a client holds ------------------------------
     @property
@@ -84,7 +92,14 @@ class Federation:
 
     def run_setup(self, phase: str, data: Mapping[ClientId, Data]) -> None:
         """The algorithm's one-off setup exchange (a round 0), for the clients holding `data`."""
-        replies = self.clients.setup(phase, self.work(data))
+        work = self.work(data)
+        replies, rejected = split_replies(self.clients.setup(phase, work), lambda c, m: setup_reply_problem(
+            m, self.server.setup_reply_problem))
+        odd = disagreeing(replies)
+        replies = {c: m for c, m in replies.items() if c not in odd}
+        rejected = {**rejected, **odd}
+        self._check_left(f"the setup exchange of phase {phase!r}", len(work), replies, rejected)
+        self.setup_rejected.update(rejected)  # told in the next round's record
         answers = self.server.setup(replies) if replies else None
         if answers:
             self.clients.receive_setup(answers)
@@ -100,19 +115,24 @@ class Federation:
         if secure is None:
             replies = self.clients.fit(phase, rnd, work)
             # DP-SGD with a budget: a client with no step left replied without training
-            skipped = {c: m for c, m in replies.items() if m.scalars.get(DP_SKIPPED)}
-            replies = {c: m for c, m in replies.items() if c not in skipped}
-            answered = sorted(replies)  # on Flower a site may have dropped out
+            skipped = {c: m for c, m in replies.items() if skipped_reply(m)}
+            replies, rejected = split_replies({c: m for c, m in replies.items() if c not in skipped},
+                                              lambda c, m: fit_reply_problem(m, work[c][0], self.server.reply_problem)
+                                              if c in work else "a reply to no question")
+            self._check_left(f"round {rnd} of phase {phase!r}", len(work) - len(skipped), replies, rejected)
+            answered = sorted(replies)  # on Flower a site may have dropped out; a rejected reply is a failed client's
         else:  # secure aggregation: the server gets one reply, the survivors' weighted mean
             if self.observers:
                 raise RuntimeError("privacy.secure_aggregation: the server sees only the sum of the updates, but "
                                    "this federation's observers need each client's update")
             replies, answered = secure.fit(self.clients, phase, rnd, work, self.server.weighting)
+            rejected = dict(secure.rejected)  # the masked replies it could not sum
+            self._tell(f"round {rnd} of phase {phase!r}", rejected)
             if all(m.scalars.get(NUM_EXAMPLES) == 0 for m in replies.values()):  # every client out of DP budget
                 replies = {}
         previous = self.global_message
         parent = message_digest(previous) if self.lineage is not None else ""  # before: a server may update in place
-        self.global_message = self.server.aggregate(self.global_message, replies)
+        self.global_message = self._aggregate(phase, rnd, replies, rejected)
         for observe in self.observers:
             observe(previous, replies, self.global_message)
         self.clients.after_aggregation(phase, rnd, self.work({c: train[c] for c in answered}))
@@ -120,9 +140,11 @@ class Federation:
         n = sum(sizes.values())
         loss = sum(replies[c].scalars[TRAIN_LOSS] * sizes[c] for c in sorted(replies)) / max(n, 1)
         info = {"train_loss": loss, "clients": len(answered), "n_train": int(n)}
-        rejected = getattr(secure, "rejected", None)
-        if rejected:  # secure aggregation dropped replies it could not sum: who, and why
+        if rejected:  # replies dropped before aggregation (secure aggregation's too): who, and why
             info["rejected"] = {str(c): why for c, why in sorted(rejected.items())}
+        if self.setup_rejected:  # the setup exchange's, told once, in the round after it
+            info["rejected_setup"] = {str(c): why for c, why in sorted(self.setup_rejected.items())}
+            self.setup_rejected = {}
         epsilons = [m.scalars[DP_EPSILON] for m in replies.values() if DP_EPSILON in m.scalars]
         if epsilons:  # DP-SGD: the largest epsilon any client has spent so far
             info[DP_EPSILON] = max(epsilons)
@@ -145,6 +167,41 @@ class Federation:
                                                 replies, answered, secure is not None, sorted(skipped), over_budget,
                                                 info))
         return info
+
+    def _tell(self, exchange: str, rejected: Mapping[ClientId, str]) -> None:
+        """Each dropped reply, on the terminal (and in the run's log: `fedcare.studies.run_record`)."""
+        for client, why in sorted(rejected.items(), key=lambda item: str(item[0])):
+            log.warning("%s (seed %s), %s: dropped client %r's reply: %s", self.algorithm.name, self.seed, exchange,
+                        client, why)
+
+    def _check_left(self, exchange: str, asked: int, replies: Mapping[ClientId, Message],
+                    rejected: Mapping[ClientId, str]) -> None:
+        """Tell the dropped replies; stop when fewer valid replies are left than the exchange
+        needs: one, or the deployment's quorum (`min_replies`) of those asked."""
+        self._tell(exchange, rejected)
+        needed = max(1, min(getattr(self.clients, "min_replies", 1), asked))
+        if rejected and len(replies) < needed:
+            raise InvalidReplies(f"{self.algorithm.name} (seed {self.seed}), {exchange}: {len(replies)} valid "
+                                 f"{'reply' if len(replies) == 1 else 'replies'} left of {asked} (needed {needed}); "
+                                 f"dropped {describe_rejected(rejected)}")
+
+    def _aggregate(self, phase: str, rnd: int, replies: Mapping[ClientId, Message],
+                   rejected: Mapping[ClientId, str]) -> Message:
+        """The server half's new global message; one that is not finite is never kept (a
+        checkpoint holding it could never be resumed): the training of this method stops."""
+        try:
+            new = self.server.aggregate(self.global_message, replies)
+        except UserError as e:  # too few replies for a robust rule, say: after the drops, tell them
+            if not rejected:
+                raise
+            raise InvalidReplies(f"{e}; dropped before it: {describe_rejected(rejected)}") from e
+        problem = global_problem(new)
+        if problem:
+            raise TrainingDiverged(f"training diverged: round {rnd} of phase {phase!r}: the aggregate of "
+                                   f"{len(replies)} valid {'reply' if len(replies) == 1 else 'replies'} "
+                                   f"({type(self.server).__name__}) {problem.removeprefix('tensor ')}; the model "
+                                   f"before it is kept")
+        return new
 
     @property
     def reports_privacy(self) -> bool:

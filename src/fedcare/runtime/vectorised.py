@@ -18,6 +18,7 @@ depend on its batch) and only the head trains on them, many clients at a time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -26,10 +27,10 @@ from torch import nn
 from fedcare.algorithms.base import ClientHalf, ClientId
 from fedcare.algorithms.messages import Message
 from fedcare.algorithms.split import load_tensors
-from fedcare.algorithms.training import ClientData, Randomness, as_float
+from fedcare.algorithms.training import ClientData, Randomness, TrainingDiverged, as_float, check_finite
 from fedcare.algorithms.vectorised import train_stacked, vectorisable
 from fedcare.device import device_of
-from fedcare.runtime.clients import DataResolver, LocalClients, Work
+from fedcare.runtime.clients import DataResolver, LocalClients, Work, diverges_as
 
 
 class _Head(nn.Module):
@@ -99,6 +100,10 @@ class VectorisedClients(LocalClients):
             generators = [Randomness(self.seed, phase, c, rnd).torch("fit-order") for c, _, _ in chunk]
             trained, losses = train_stacked(self.model, starts, data, self.half.settings, generators)
             for (c, _, _), state, loss, d in zip(chunk, trained, losses, data):
+                with diverges_as(c):  # as `train_epochs` checks a client's loss and weights
+                    if not math.isfinite(loss):
+                        raise TrainingDiverged(f"training diverged: its last epoch's loss is {loss}")
+                    check_finite(state.values(), "local training")
                 load_tensors(self.model, state)
                 replies[c], self.runner(c).state = self.half.outgoing(self.model, len(d), loss)
         return replies

@@ -123,6 +123,8 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             lineage.close()
         e.add_note(_stopped(run, record, e, keep_partial, checkpoint))
         raise
+    finally:
+        record.close()
 
 
 def _lineage(run: RunDirectory, study: Study, saved: dict | None) -> Lineage:

@@ -6,14 +6,17 @@ finished, the arithmetic and fedcare version it began on and each resume on othe
 far it got, and how it ended (status, the report's notes, the error). The run sequence
 (`fedcare.studies.run`) calls it at each of its steps, in this order:
 
-- `begin`: a new run writes config.toml; run.json says what runs, since when, on what;
+- `begin`: a new run writes config.toml; run.json says what runs, since when, on what; from
+  here until `close`, what the runtime warns of (a client's reply dropped before aggregation,
+  `fedcare.runtime.replies`) goes to run.log too;
 - `runtime_ready`: the runtime's facts known from the start (a run across sites says so);
 - `planned`: the protocol's units, and whether the data are synthetic;
 - `unit_finished`: each finished unit (the checkpoint calls it once the unit is durable);
 - `finish`: the protocol's and the runtime's facts, the lineage's seal, the report's notes
   (`notes`), "finished";
 - `reported`: the report is written; the run is over;
-- `stopped`: a run that failed or was interrupted says why (`discarded`: one that kept nothing).
+- `stopped`: a run that failed or was interrupted says why (`discarded`: one that kept nothing);
+- `close`: the run's process is done with it (however it ended).
 
 With `[tracking]`, each step tells the run's MLflow run too (`fedcare.studies.tracking`):
 `begin` opens it (a resume continues run.json's), every durable record is logged as its unit
@@ -29,7 +32,9 @@ in `finish`, a note for the report in `notes`; each through `update` (run.json) 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +47,9 @@ from fedcare.studies.rundir import RunDirectory, log, now, read_run_info, read_r
 
 if TYPE_CHECKING:
     from fedcare.studies.tracking import MlflowRun
+
+
+RUNTIME_LOG = logging.getLogger("fedcare.runtime")  # what the runtime warns of during a run
 
 
 def config_digest(run_dir: Path) -> str:
@@ -63,6 +71,7 @@ class RunRecord:
         self.compute_changes = list(self.before.get("compute_changes", []))
         self.version_changes = list(self.before.get("version_changes", []))
         self.tracking: MlflowRun | None = None  # the MLflow run, with [tracking] (`begin`)
+        self._warnings: RunLogHandler | None = None  # while the run lives (`begin` to `close`)
 
     def update(self, **facts: Any) -> None:
         update_run_info(self.dir, **facts)
@@ -84,6 +93,8 @@ class RunRecord:
             started = now()
             self.update(config_sha256=config_digest(self.dir))
         self.log(f"{'resumed' if self.resumed else 'started'} {self.study.name} run {self.name} (pid {os.getpid()})")
+        self._warnings = RunLogHandler(self.dir)
+        RUNTIME_LOG.addHandler(self._warnings)
         self.update(run_dir=self.name, study=self.study.name, title=config.title, config_file=config_file,
                     seeds=config.seeds, methods=config.methods, started=started, status="running")
         if self.resumed:
@@ -207,14 +218,38 @@ class RunRecord:
             self.tracking.tag()
             self.tracking.end("KILLED" if interrupted else "FAILED")
 
+    def close(self) -> None:
+        """The runtime's warnings go no longer to this run's log."""
+        if self._warnings is not None:
+            RUNTIME_LOG.removeHandler(self._warnings)
+            self._warnings = None
+
     # -- the report's notes ------------------------------------------------------------
     def notes(self, runtime: StudyRuntime, protocol: StudyProtocol) -> list[str]:
         """What the report must say about this run besides its numbers."""
-        return (runtime.notes() + protocol.notes() + self._diverged_notes() + self._compute_notes()
-                + self._version_notes() + self._reproducibility_notes() + self._robustness_notes())
+        return (runtime.notes() + protocol.notes() + self._diverged_notes() + self._rejected_notes()
+                + self._compute_notes() + self._version_notes() + self._reproducibility_notes()
+                + self._robustness_notes())
+
+    def _rejected_notes(self) -> list[str]:
+        """A note for each client whose replies were dropped before aggregation, and why: the
+        exchanges it names went on without them (`fedcare.runtime.replies`)."""
+        dropped: dict[tuple, list[str]] = {}
+        for r in read_run_records(self.dir)[0]:
+            if r.get("type") != "round":
+                continue
+            which = f"{r.get('method')} (seed {r.get('seed')}" + (f", {r['model']}'s model" if r.get("model") else "")
+            for key, what in (("rejected_setup", "setup reply"), ("rejected", "reply")):
+                for client, why in (r.get(key) or {}).items():
+                    where = f"{r.get('phase')} round {r.get('round')}"
+                    dropped.setdefault((which, client, what, why), []).append(
+                        where if key == "rejected" else f"the setup exchange before {where}")
+        return [f"{which}): client {client}'s {what} was dropped before aggregation ({why}) in {_listed(where)}; "
+                f"{'the setup' if what != 'reply' else 'the rounds' if len(where) > 1 else 'the round'} went on "
+                "without it." for (which, client, what, why), where in dropped.items()]
 
     def _diverged_notes(self) -> list[str]:
-        """A note for each method whose training stopped on a loss that was not a number."""
+        """A note for each method whose training stopped on a loss or weights that were not numbers."""
         records, _ = read_run_records(self.dir)
         notes = []
         for r in records:
@@ -252,3 +287,27 @@ class RunRecord:
 
 def _progress(done: int, total: int) -> dict[str, int]:
     return {"units_done": done, "units_total": total}
+
+
+def _listed(where: list[str], shown: int = 4) -> str:
+    """'train round 1', 'train round 1, train round 2, ... (12 in all)'."""
+    more = f", ... ({len(where)} in all)" if len(where) > shown else ""
+    return ", ".join(where[:shown]) + more
+
+
+class RunLogHandler(logging.Handler):
+    """The runtime's warnings (`fedcare.runtime`: a reply dropped before aggregation) in run.log,
+    and on the terminal (stderr) when no handler of the program's own shows them."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(logging.WARNING)
+        self.run_dir = run_dir
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        try:
+            log(self.run_dir, message)
+        except OSError:  # a full disk: the run itself will say so
+            pass
+        if not logging.getLogger().handlers:
+            print(f"warning: {message}", file=sys.stderr, flush=True)

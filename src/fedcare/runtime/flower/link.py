@@ -291,6 +291,12 @@ class FlowerClients:
         self.kept: dict[ClientId, int] = {}
         self.resume_from: dict[ClientId, int] = {}  # a resumed run: where each site continues from
 
+    @property
+    def min_replies(self) -> int:
+        """The fewest valid replies an exchange goes on with (the deployment's quorum, `min_sites`):
+        the federation drops invalid ones (`fedcare.runtime.replies`) after the link counted them."""
+        return self.link.settings.min_sites
+
     def _ops(self, cid: ClientId, new: list) -> list:
         ops = []
         joins = self.link.joins.get(cid, 0)
