@@ -24,7 +24,16 @@ from fedcare.config.base import (
 )
 from fedcare.config.deployment import SITE_NAME, Deployment, site_name_problem
 from fedcare.config.experiment import Experiment, move_renamed
-from fedcare.config.privacy import DPSGD, ClientDP, MembershipAudit, Privacy, PrivacyAudit, SecureAggregation
+from fedcare.config.privacy import (
+    DPSGD,
+    ClientDP,
+    MembershipAudit,
+    NoiseMultiplier,
+    Privacy,
+    PrivacyAudit,
+    SecureAggregation,
+    TargetEpsilon,
+)
 from fedcare.config.robustness import Attack, RobustRule, Robustness
 from fedcare.config.runtime import DEVICE_PATTERN, Runtime
 from fedcare.config.toml import (
@@ -39,9 +48,10 @@ from fedcare.config.toml import (
 
 __all__ = [
     "Aggregation", "Attack", "BatchSize", "ClientDP", "ConfigError", "DEVICE_PATTERN", "DPSGD", "DataSource",
-    "Deployment", "Experiment", "LAST_TABLES", "LearningRate", "LocalEpochs", "MembershipAudit", "Privacy",
+    "Deployment", "Experiment", "LAST_TABLES", "LearningRate", "LocalEpochs", "MembershipAudit", "NoiseMultiplier",
+    "Privacy",
     "PrivacyAudit", "ProximalMu", "RobustRule", "Robustness", "Rounds", "Runtime", "SITE_NAME", "SecureAggregation",
-    "Strict", "Train",
+    "Strict", "TargetEpsilon", "Train",
     "apply_override", "listed_twice", "move_renamed", "parse_toml", "read_config", "site_name_problem", "to_toml",
     "validate", "validation_message",
 ]
