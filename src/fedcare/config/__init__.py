@@ -15,6 +15,7 @@ from fedcare.config.base import (
     ConfigError,
     DataSource,
     LearningRate,
+    MAX_CLIENTS,
     LocalEpochs,
     ProximalMu,
     Rounds,
@@ -47,7 +48,7 @@ from fedcare.config.toml import (
 )
 
 __all__ = [
-    "Aggregation", "Attack", "BatchSize", "ClientDP", "ConfigError", "DEVICE_PATTERN", "DPSGD", "DataSource",
+    "MAX_CLIENTS", "Aggregation", "Attack", "BatchSize", "ClientDP", "ConfigError", "DEVICE_PATTERN", "DPSGD", "DataSource",
     "Deployment", "Experiment", "LAST_TABLES", "LearningRate", "LocalEpochs", "MembershipAudit", "NoiseMultiplier",
     "Privacy",
     "PrivacyAudit", "ProximalMu", "RobustRule", "Robustness", "Rounds", "Runtime", "SITE_NAME", "SecureAggregation",

@@ -32,6 +32,7 @@ class Strict(BaseModel):
 # round list, then runs for ever), so a mistyped exponent is an error naming the key.
 MAX_ROUNDS = 100_000
 MAX_EPOCHS = 10_000
+MAX_CLIENTS = 10_000  # clients a study splits its data into (`clients`): more than one machine simulates
 LearningRate = Annotated[float, Field(gt=0)]  # `lr`: the clients' local learning rate
 BatchSize = Annotated[int, Field(ge=2, le=1 << 24)]  # `batch_size`: examples per local step (BatchNorm needs 2)
 LocalEpochs = Annotated[int, Field(ge=1, le=MAX_EPOCHS)]  # `local_epochs`: passes over a client's data per round

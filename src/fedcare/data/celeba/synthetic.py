@@ -553,11 +553,11 @@ def generate_celeba(
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise InputError(f"{name} must be an integer >= {least}, got {value!r}")
     seed, identities, images_per_identity = int(seed), int(identities), int(images_per_identity)
-    check_output_dir(out, overwrite)
+    check_output_dir(out, overwrite, GENERATOR)
     counts, split, numbers = _plan(seed, identities, images_per_identity)
     total = int(counts.sum())
     workers = workers or max(1, min(4, os.cpu_count() or 1))
-    with atomic_directory(out, overwrite) as tmp:
+    with atomic_directory(out, overwrite, GENERATOR) as tmp:
         folder = tmp / "img_align_celeba"
         folder.mkdir()
 

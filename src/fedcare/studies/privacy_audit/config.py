@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from fedcare.config import (
-    Aggregation, BatchSize, Experiment, LearningRate, LocalEpochs, NoiseMultiplier, Rounds, Strict, TargetEpsilon, Train,
+    MAX_CLIENTS, Aggregation, BatchSize, Experiment, LearningRate, LocalEpochs, NoiseMultiplier, Rounds, Strict, TargetEpsilon, Train,
 )
 
 AUDIT_METHODS = ("FedAvg", "PFDL", "FedBN", "local")
@@ -18,7 +18,7 @@ class AuditData(Strict):
     """The membership audit's clients: small noisy synthetic images drawn in memory from the
     run seed (an overfitting regime, where membership leaks most)."""
 
-    clients: int = Field(6, ge=2)
+    clients: int = Field(6, ge=2, le=MAX_CLIENTS)
     train: int = Field(48, ge=2)  # training examples per client: the members
     test: int = Field(48, ge=2)  # held-out examples per client: the non-members
     image_size: int = Field(12, ge=2)
