@@ -89,3 +89,10 @@ def test_a_preflight_only_check_leaves_out_to_the_run_it_checks_for(tmp_path):
     assert new_out(config, tmp_path / "x", preflight_only=True) == tmp_path / "x.preflight"
     default = new_out(config, None, preflight_only=True)
     assert default.name.startswith("sites-flower-") and default.name.endswith(".preflight") and default.is_absolute()
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:99999", "0.0.0.0:0", "0.0.0.0:x", ":9092"])
+def test_superlink_refuses_an_address_without_a_port(address):
+    """Port 99999 was accepted and handed to Flower."""
+    _refused(CliRunner().invoke(app, ["flower", "superlink", "--address", address, "--insecure", "--dry-run"]),
+             "expected HOST:PORT with a port from 1 to 65535")

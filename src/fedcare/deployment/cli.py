@@ -110,8 +110,8 @@ def _quote(s: str) -> str:
 
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        _fail(f"--address {address!r}: expected HOST:PORT, e.g. 0.0.0.0:9092")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        _fail(f"--address {address!r}: expected HOST:PORT with a port from 1 to 65535, e.g. 0.0.0.0:9092")
     return host, int(port)
 
 

@@ -237,6 +237,10 @@ class RecordsWriter:
 
     def __init__(self, path: Path, truncate_to: int | None = None):
         self.path = Path(path)
+        if truncate_to and not self.path.exists():  # a resume would start it empty: finished units' records lost
+            raise InputError(f"{self.path}: missing, but its checkpoint has finished units whose records it held "
+                             f"({truncate_to} bytes); this run cannot be resumed without them (restore the file, or "
+                             f"start a new run)")
         if truncate_to is not None and self.path.exists():
             size = self.path.stat().st_size
             if size < truncate_to:
