@@ -23,3 +23,5 @@ SYNTHETIC_MARKER = "fedcare-synthetic.json"
 # (`--frame-scale 1e9` was a 23 TiB allocation).
 MAX_SCALE = 10.0  # frame_scale, scale: ten times the real dataset's counts
 MAX_IMAGE_SIZE = 1024  # pixels a side
+MAX_IDENTITIES = 100_000  # people drawn (CelebA has 10,177)
+MAX_IMAGES_PER_IDENTITY = 1000

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from fedcare.config import MAX_CLIENTS, Aggregation, BatchSize, DataSource, Experiment, LearningRate, Rounds, Strict, Train
-from fedcare.data.common import MAX_IMAGE_SIZE
+from fedcare.data.common import MAX_IDENTITIES, MAX_IMAGE_SIZE, MAX_IMAGES_PER_IDENTITY
 
 # "<algorithm>[-variant]": FedAvg ("fedavg") or federated HF-MAML ("hfmaml") with the global
 # ArcFace head (shared, every client's identities), "-local" (each client's own head, private),
@@ -22,8 +22,8 @@ class FacerecSynthetic(Strict):
     """A synthetic CelebA copy generated into the run directory (`fedcare data synth celeba`)."""
 
     seed: int = 0
-    identities: int = Field(300, ge=2)
-    images_per_identity: int = Field(20, ge=2)
+    identities: int = Field(300, ge=2, le=MAX_IDENTITIES)
+    images_per_identity: int = Field(20, ge=2, le=MAX_IMAGES_PER_IDENTITY)
 
 
 class FacerecData(DataSource):
