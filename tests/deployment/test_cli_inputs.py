@@ -81,6 +81,16 @@ def test_a_resume_refuses_set_instead_of_dropping_it(tmp_path):
     _refused(result, "--set train.rounds=3: a resume continues the experiment the run recorded")
 
 
+def test_a_resume_refuses_preflight_only(tmp_path):
+    """The check of a resume went into the run's own folder, which the resume then found taken."""
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    result = CliRunner().invoke(app, ["flower", "run", "--resume", str(partial), "--federation", "f",
+                                      "--preflight-only"])
+    _refused(result, "--preflight-only: for a new run")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.partial"]
+
+
 def test_a_preflight_only_check_leaves_out_to_the_run_it_checks_for(tmp_path):
     from fedcare.deployment.cli import new_out
 

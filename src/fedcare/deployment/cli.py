@@ -398,6 +398,8 @@ def run_command(
     if (config is None) == (resume is None):
         _fail("give the experiment's CONFIG file, or --resume RUN_DIR.partial to continue an interrupted run")
     if resume is not None:
+        if preflight_only:  # its check went into the run's own name, which the resume then found taken
+            _fail("--preflight-only: for a new run; a resume checks the sites' data itself before it continues")
         if set_:  # it was dropped without a word: the sites would run another experiment than the one asked for
             _fail(f"--set {set_[0]}: a resume continues the experiment the run recorded (its config.toml), unchanged; "
                   "start a new run to change it")
