@@ -147,3 +147,7 @@ def test_a_key_of_a_type_cryptography_does_not_know_is_a_site_key_error(tmp_path
     (tmp_path / "odd.pub").write_bytes(b"ecdsa-sha2-nistp999 " + base64.b64encode(blob) + b" odd\n")
     with pytest.raises(SiteKeyError, match="odd.pub: not a site's public key"):
         read_site_keys(tmp_path)
+    (tmp_path / "odd.pub").unlink()
+    (tmp_path / "folder.pub").mkdir()  # a folder named like a key: a traceback too
+    with pytest.raises(SiteKeyError, match="folder.pub: cannot be read"):
+        read_site_keys(tmp_path)

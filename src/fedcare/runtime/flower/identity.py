@@ -70,7 +70,10 @@ def read_site_keys(folder: Path) -> dict[str, str]:
         site = path.name[: -len(".pub")]
         if site_name_problem(site):
             raise SiteKeyError(f"{path}: {site_name_problem(site)}")
-        text = path.read_text(errors="replace").strip()
+        try:
+            text = path.read_text(errors="replace").strip()
+        except OSError as e:  # a folder named x.pub, a file this user cannot read
+            raise SiteKeyError(f"{path}: cannot be read ({e.strerror or e})") from None
         try:
             if not isinstance(load_ssh_public_key(text.encode()), ec.EllipticCurvePublicKey):
                 raise ValueError("not an EC key: make it with `fedcare flower site-key`")
