@@ -20,6 +20,10 @@ BAD_SETTINGS = [
     "privacy.dp_sgd.max_grad_norm=0", "privacy.client_dp.clipping_norm=nan", "deployment.round_timeout=0",
     "deployment.sites={'../x' = 1}", "title=1", "trian.lr=1", "train.round=3", "train=3", "a.b.c.d.e=1",
     "study='nope'", "nokey", "x=" + "[" * 3000 + "]" * 3000,
+    # counts past their bounds: rounds = 10^30 or 2^62 allocated, then ran for ever (issue 35, item 14)
+    f"train.rounds={10 ** 30}", f"train.rounds={2 ** 62}", f"train.pretrain_rounds={2 ** 62}",
+    f"train.local_epochs={10 ** 30}", f"train.batch_size={10 ** 30}", f"protocol.clients={10 ** 30}",
+    "data.synthetic.seconds_per_activity=1e300", "privacy.dp_sgd.noise_multiplier=1e300",
 ]
 
 

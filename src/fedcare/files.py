@@ -27,10 +27,11 @@ def umask() -> int:
     return _UMASK
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, private: bool = False) -> Path:
+def atomic_write_bytes(path: Path, data: bytes, *, private: bool = False, exclusive: bool = False) -> Path:
     """Write `data` to `path` via a temp file in the same directory and `os.replace`, so readers
     see either the old file or the complete new one. Mode: 0600 if `private`, else 0666 minus
-    the umask."""
+    the umask. `exclusive`: never replace a file (a key): FileExistsError if `path` exists, also
+    when it appears meanwhile (the complete file is hard-linked into place, which never replaces)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # 0600 from creation
@@ -41,7 +42,11 @@ def atomic_write_bytes(path: Path, data: bytes, *, private: bool = False) -> Pat
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -132,3 +132,33 @@ def test_every_shipped_config_written_with_the_old_names_resolves_to_the_same_va
 def test_an_old_name_beside_a_new_table_that_is_not_a_table_is_an_error_naming_it(tmp_path):
     with pytest.raises(ConfigError, match=r"exp.toml: train: Input should be a valid dictionary"):
         load_config(write_exp(tmp_path, 'train = 3\n' + FEDHEALTH2 + "[options]\nfedprox_mu = 0.1\n"))
+
+
+@pytest.mark.timeout(30)
+def test_a_config_that_is_no_regular_file_or_far_too_large_is_refused_naming_it(tmp_path):
+    """A FIFO blocked the read for ever; /dev/zero was read until memory ran out."""
+    import os
+
+    fifo = tmp_path / "exp.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match=r"exp.fifo: not a regular file"):
+        load_config(fifo)
+    with pytest.raises(ConfigError, match=r"/dev/zero: not a regular file"):
+        load_config("/dev/zero")
+    huge = tmp_path / "huge.toml"
+    huge.write_text(MINIMAL + "# " + "x" * (2 << 20) + "\n")
+    with pytest.raises(ConfigError, match=r"huge.toml: larger than 1 MiB"):
+        load_config(huge)
+
+
+def test_a_utf8_byte_order_mark_is_read_as_some_editors_write_it(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + (MINIMAL + "[train]\nrounds = 4\n").encode())
+    assert load_config(path).train.rounds == 4
+
+
+@pytest.mark.parametrize("assignment", ["=5", ".rounds=5", "train.=5", " =5"])
+def test_a_set_without_a_key_is_blamed_on_the_set(tmp_path, assignment):
+    """`--set =5` gave 'exp.toml: : unknown key', blaming the file."""
+    with pytest.raises(ConfigError, match=r"--set .*expected a dotted key before '='"):
+        load_config(write_exp(tmp_path, MINIMAL), [assignment])

@@ -150,8 +150,9 @@ def test_face_verification_across_four_sites_equals_the_simulator(deployment, ru
     expected = _records(run_study(run.config, tmp_path / "simulated"), *kinds)
     assert [r["clients"] for r in expected if r["type"] == "round"] == [3, 3]  # client 4 is unseen: never trains
     output = check.wait(deployment)
-    preflight = json.loads((check.out / "preflight.json").read_text())
-    assert preflight["ok"] and not (check.out / "metrics.jsonl").exists()  # checked, nothing trained
+    folder = check.out.with_name(check.out.name + ".preflight")  # --out itself stays free for the run it checks for
+    preflight = json.loads((folder / "preflight.json").read_text())
+    assert preflight["ok"] and not (folder / "metrics.jsonl").exists() and not check.out.exists()  # nothing trained
     assert {s: v["summary"]["dataset"] for s, v in preflight["sites"].items()} == {
         s: {"global_identities": 10} for s in SITES}
     assert "site-4 (4): train" in output and "Preflight passed" in output

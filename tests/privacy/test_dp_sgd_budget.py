@@ -227,3 +227,24 @@ def test_under_secure_aggregation_an_out_of_budget_client_weighs_nothing():
     assert all(torch.equal(after_one[k], v) for k, v in fed.global_message.tensors.items())
     assert info["n_train"] == 0
     assert all(e <= 1.0 for e in info["dp_epsilon_clients"].values())
+
+
+@pytest.mark.parametrize("privacy, key", [
+    (Privacy(dp_sgd=DPSGD(target_epsilon=0.01, budget_epochs=2)), "privacy.dp_sgd.target_epsilon = 0.01"),
+    (Privacy(dp_sgd=DPSGD(target_epsilon=0.005, budget_epochs=2, accountant="prv")), "privacy.dp_sgd.target_epsilon"),
+    (Privacy(client_dp=ClientDP(target_epsilon=0.01, budget_rounds=3)), "privacy.client_dp.target_epsilon = 0.01"),
+])
+def test_a_budget_no_noise_reaches_is_refused_when_the_methods_are_built_naming_the_key(privacy, key):
+    """Below the accountant's floor at delta (about 0.103 for RDP at 1e-5) Opacus's calibration
+    gives up with 'The privacy budget is too low': refused before any data are read, naming the key."""
+    from fedcare.privacy.dp_sgd import PrivacyError
+
+    with pytest.raises(PrivacyError, match=key.replace(".", r"\.") + ".*raise target_epsilon or delta"):
+        private_algorithm(fedavg(TrainSettings(lr=0.05, batch_size=10, local_epochs=1)), privacy)
+
+
+def test_a_budget_the_calibration_cannot_reach_names_the_key():
+    from fedcare.privacy.dp_sgd import PrivacyError, calibrate
+
+    with pytest.raises(PrivacyError, match=r"privacy\.dp_sgd\.target_epsilon = 0\.01: no noise multiplier"):
+        calibrate("privacy.dp_sgd", 0.01, 1e-5, "rdp", 0.1, 100)

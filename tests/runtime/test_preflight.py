@@ -92,7 +92,7 @@ def test_the_check_names_the_site_and_each_problem():
         "site 'a' (1): tool 'y' never occurs in its train frames",
         "site 'b' (2): label set mismatch: it has tools ['z'] that the experiment does not know (it knows ['x', 'y'])",
         "site 'c' (3): its test split is empty",
-        "site 'e' (5) sent a malformed data summary",
+        "site 'e' (5) sent a malformed data summary (min_count None is not a whole number from 1 to 1000000)",
         "the sites' data differ in copy (b: 2, c: 1): every site must hold the same copy",
     ]
     assert result.warnings == ["site 'a' (1): tool 'y' never occurs in its test frames",
@@ -150,3 +150,47 @@ def test_supernode_passes_its_minimum_count_and_refuses_one_below_1(tmp_path):
     assert result.exit_code == 0 and 'preflight-min-count="11"' in result.output, result.output
     result = CliRunner().invoke(app, [*base, "--preflight-min-count", "0"])
     assert result.exit_code == 2 and "--preflight-min-count 0: at least 1" in result.output
+
+
+def _summary(**changes) -> dict:
+    """A well-formed summary (min_count 5), with `changes` to its train split or its top level."""
+    train = {"examples": 9, "videos": 2, "labels": {"x": 7, "y": "<5"}}
+    top = {k: v for k, v in changes.items() if k in ("unit", "min_count", "dataset", "extra")}
+    train.update({k: v for k, v in changes.items() if k not in top})
+    return {"unit": "frames", "min_count": 5, "dataset": {}, "splits": {"train": train}, **top}
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"min_count": "<5"}, "min_count '<5' is not a whole number"),  # passed, then failed the run at its last step
+    ({"min_count": True}, "min_count True is not a whole number"),
+    ({"examples": "<0"}, "'<0' is not a count"),
+    ({"examples": "<7"}, "'<7' is not a count"),  # "<k" only for the site's own k
+    ({"examples": 10 ** 30}, "is not a count (0 to 1e+12"),
+    ({"examples": -1}, "-1 is not a count"),
+    ({"labels": {"x": 700, "y": 1}}, "label 'x': 700 examples, more than the split's 9"),
+    ({"labels": {"x": "<5", "y": 10 ** 13}}, "label 'y': 10000000000000 is not a count"),
+    ({"labels": {"": 1}}, "label '' is not a name"),
+    ({"unit": "x" * 10_000_000}, "more than 65536"),  # a 10 MB field was copied into run.json
+    ({"dataset": {"copy": ["a list"]}}, "dataset fact 'copy': ['a list'] is not a count or a short text"),
+    ({"extra": 1}, "unknown fields ['extra']"),
+])
+def test_a_summary_that_no_site_can_give_is_refused_naming_why_and_not_kept(changes, why):
+    expected = Expectations(splits=("train",), labels=("x", "y"))
+    assert check({"a": (1, _summary())}, expected).ok
+    result = check({"a": (1, _summary(**changes))}, expected)
+    assert len(result.problems) == 1 and result.problems[0].startswith("site 'a' (1) sent a malformed data summary (")
+    assert why in result.problems[0] and len(result.problems[0]) < 300
+    assert result.sites["a"]["summary"] is None and len(json.dumps(result.as_json())) < 1000
+    assert result.notes() == []  # the report's lines read only what was kept
+
+
+def test_labels_that_add_up_to_more_than_the_split_are_refused_where_each_example_has_one():
+    """Each label within its split holds for any study; their sum only where an example has one
+    label (pain, FedHealth 2): a surgical frame shows several tools."""
+    summary = _summary(labels={"x": 7, "y": 6})
+    assert check({"a": (1, summary)}, Expectations(splits=("train",), labels=("x", "y"))).ok
+    result = check({"a": (1, summary)}, Expectations(splits=("train",), labels=("x", "y"), one_label=True))
+    assert result.problems == ["site 'a' (1): its train split has 9 frames but at least 13 labels (each has one): "
+                               "not counts of one copy"]
+    suppressed = _summary(labels={"x": 8, "y": "<5"})  # "<5" is at least 1: 9 of 9
+    assert check({"a": (1, suppressed)}, Expectations(splits=("train",), labels=("x", "y"), one_label=True)).ok

@@ -45,3 +45,17 @@ def test_the_summary_in_markdown_has_the_methods_then_the_best_site_model(tmp_pa
     assert lines[0] == "| Method | ROC AUC (mean ± SD across clients) | worst client |"
     assert lines[2] == "| fedavg | 50.0 ± 16.3 | 30.0 |" and lines[3] == "| single-site (b) | 60.0 ± 0.0 | 60.0 |"
     assert len(lines) == 4 and not math.isnan(aggregate(evals("roc_auc"), "roc_auc").summary["fedavg"].sd)
+
+
+@pytest.mark.parametrize("value", [7.5, -0.1, float("inf")])
+def test_a_fraction_out_of_range_is_an_error_naming_the_record(value):
+    """accuracy 7.5 was shown as 750.0; a loss (not a fraction) may be any number."""
+    from fedcare.errors import InputError
+
+    records = evals("accuracy")
+    records[1]["accuracy"] = value
+    with pytest.raises(InputError, match=r"metrics.jsonl: client_eval record 2: accuracy = .*: not a fraction"):
+        aggregate(records, "accuracy")
+    losses = evals("loss")
+    losses[1]["loss"] = 7.5
+    assert aggregate(losses, "loss").summary["fedavg"].worst == 7.5

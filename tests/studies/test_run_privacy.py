@@ -125,3 +125,43 @@ def test_secure_aggregation_on_flowers_simulation_engine_equals_the_simulator(to
     assert len(fedavg_sums) == 3 and all(r["clients"] == {"0": {}, "1": {}, "2": {}} for r in fedavg_sums)
     sites = site_comparisons(tmp_path / "state", tmp_path / "flower")
     assert all(s.agrees and len(s.hidden) == 6 and not s.used for s in sites.values()) and len(sites) == 3
+
+
+@pytest.mark.parametrize("noise", [0.0, 1e-300])
+def test_dp_sgd_without_noise_finishes_and_says_there_is_no_guarantee(noise, tmp_path):
+    """noise_multiplier = 0 (clipping only, documented) or so little that the accountant
+    overflows: epsilon is infinite, null in strict JSON, and the report says "no guarantee"
+    (the report crashed on the null after every unit had trained)."""
+    from support.fedhealth2 import small_config
+
+    config = small_config().model_copy(update={"methods": ["fedavg"],
+                                                "privacy": Privacy(dp_sgd=DPSGD(noise_multiplier=noise))})
+    out = run_study(config, tmp_path / "run")
+    rounds = records(out, "round")
+    assert rounds and all(r["dp_epsilon"] is None and set(r["dp_epsilon_clients"].values()) == {None} for r in rounds)
+    assert "fedavg (train): inf (no guarantee)" in (out / "report.html").read_text()
+    assert "| all 4 | inf (no guarantee) | none |" in (out / "tables" / "privacy_budget.md").read_text()
+
+
+def test_client_dp_without_noise_agrees_in_run_resume_and_report(toy, tmp_path, monkeypatch):
+    """Client-level DP at noise 0: the run finishes; a run interrupted in round 2 resumes to
+    the same records and budget table; `fedcare report` rebuilds it: all say "no guarantee"."""
+    from support.interrupt import interrupted_at_round
+
+    path = write_experiment(tmp_path / "toy.toml")
+    path.write_text(path.read_text() + "[privacy.client_dp]\nnoise_multiplier = 0\n")
+    whole = tmp_path / "whole"
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(whole)])
+    assert result.exit_code == 0, result.output
+    assert [r["client_dp_epsilon"] for r in records(whole, "round") if r["method"] == "fedavg"] == [None] * 3
+    interrupted_at_round(monkeypatch, 2, lambda: run_study(load_config(path), tmp_path / "cut"))
+    result = CliRunner().invoke(app, ["resume", str(tmp_path / "cut.partial")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "cut" / "metrics.jsonl").read_bytes() == (whole / "metrics.jsonl").read_bytes()
+    budget = (whole / "tables" / "privacy_budget.md").read_text()
+    assert "| fedavg (train) | client-level DP | all 3 | inf (no guarantee) |" in budget
+    assert (tmp_path / "cut" / "tables" / "privacy_budget.md").read_text() == budget
+    result = CliRunner().invoke(app, ["report", str(whole)])
+    assert result.exit_code == 0, result.output
+    assert "client-level DP: epsilon spent at delta = 1e-05 (largest over clients and rounds) — fedavg (train): inf (no " \
+           "guarantee)" in (whole / "report.html").read_text()

@@ -15,6 +15,7 @@ from fedcare.config.base import (
     ConfigError,
     DataSource,
     LearningRate,
+    MAX_CLIENTS,
     LocalEpochs,
     ProximalMu,
     Rounds,
@@ -24,7 +25,16 @@ from fedcare.config.base import (
 )
 from fedcare.config.deployment import SITE_NAME, Deployment, site_name_problem
 from fedcare.config.experiment import Experiment, move_renamed
-from fedcare.config.privacy import DPSGD, ClientDP, MembershipAudit, Privacy, PrivacyAudit, SecureAggregation
+from fedcare.config.privacy import (
+    DPSGD,
+    ClientDP,
+    MembershipAudit,
+    NoiseMultiplier,
+    Privacy,
+    PrivacyAudit,
+    SecureAggregation,
+    TargetEpsilon,
+)
 from fedcare.config.robustness import Attack, RobustRule, Robustness
 from fedcare.config.runtime import DEVICE_PATTERN, Runtime
 from fedcare.config.tracking import TRACKING_SCHEMES, Tracking, tracking_uri_problem
@@ -39,10 +49,11 @@ from fedcare.config.toml import (
 )
 
 __all__ = [
-    "Aggregation", "Attack", "BatchSize", "ClientDP", "ConfigError", "DEVICE_PATTERN", "DPSGD", "DataSource",
-    "Deployment", "Experiment", "LAST_TABLES", "LearningRate", "LocalEpochs", "MembershipAudit", "Privacy",
+    "MAX_CLIENTS", "Aggregation", "Attack", "BatchSize", "ClientDP", "ConfigError", "DEVICE_PATTERN", "DPSGD", "DataSource",
+    "Deployment", "Experiment", "LAST_TABLES", "LearningRate", "LocalEpochs", "MembershipAudit", "NoiseMultiplier",
+    "Privacy",
     "PrivacyAudit", "ProximalMu", "RobustRule", "Robustness", "Rounds", "Runtime", "SITE_NAME", "SecureAggregation",
-    "Strict", "TRACKING_SCHEMES", "Tracking", "Train",
+    "Strict", "TRACKING_SCHEMES", "TargetEpsilon", "Tracking", "Train",
     "apply_override", "listed_twice", "move_renamed", "parse_toml", "read_config", "site_name_problem", "to_toml",
     "tracking_uri_problem", "validate", "validation_message",
 ]

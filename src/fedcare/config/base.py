@@ -28,12 +28,17 @@ class Strict(BaseModel):
 
 # The options of local training, one name and one type each across studies: a study's `[train]`
 # subclasses `Train` and declares those it has with these types, at its own defaults.
+# Counts have upper bounds: past them a run would never finish (rounds = 2^62 allocates its
+# round list, then runs for ever), so a mistyped exponent is an error naming the key.
+MAX_ROUNDS = 100_000
+MAX_EPOCHS = 10_000
+MAX_CLIENTS = 10_000  # clients a study splits its data into (`clients`): more than one machine simulates
 LearningRate = Annotated[float, Field(gt=0)]  # `lr`: the clients' local learning rate
-BatchSize = Annotated[int, Field(ge=2)]  # `batch_size`: examples per local step (BatchNorm needs 2)
-LocalEpochs = Annotated[int, Field(ge=1)]  # `local_epochs`: passes over a client's data per round
+BatchSize = Annotated[int, Field(ge=2, le=1 << 24)]  # `batch_size`: examples per local step (BatchNorm needs 2)
+LocalEpochs = Annotated[int, Field(ge=1, le=MAX_EPOCHS)]  # `local_epochs`: passes over a client's data per round
 # `rounds`: the rounds a federation trains (with early stopping: the most it trains); the
 # rounds of a pretraining are `pretrain_rounds`. A pooled (centralized) round is one epoch.
-Rounds = Annotated[int, Field(ge=1)]
+Rounds = Annotated[int, Field(ge=1, le=MAX_ROUNDS)]
 Aggregation = Literal["examples", "uniform"]  # `aggregation`: the server's weights, n_k / n or 1 / K
 ProximalMu = Annotated[float, Field(ge=0)]  # `mu`: FedProx's proximal weight
 

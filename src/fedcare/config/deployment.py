@@ -16,11 +16,15 @@ SITE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def site_name_problem(name: str) -> str | None:
-    """Why `name` cannot be a site's name (None: it can)."""
-    if SITE_NAME.fullmatch(name):
-        return None
-    return (f"site name {name!r}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit "
-            "(a site's name becomes its key files' names)")
+    """Why `name` cannot be a site's name (None: it can). A name ending in ".pub" would make site
+    `a.pub`'s private key `keys/a.pub`, site `a`'s public key: no two sites' files may collide."""
+    if not SITE_NAME.fullmatch(name):
+        return (f"site name {name!r}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit "
+                "(a site's name becomes its key files' names)")
+    if name.lower().endswith(".pub"):
+        return (f"site name {name!r}: ends in '.pub', the suffix of a site's public key file (keys/<site>.pub); "
+                "choose another name")
+    return None
 
 
 class Deployment(Strict):

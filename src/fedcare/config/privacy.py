@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from fedcare.config.base import Strict
+from fedcare.config.base import MAX_EPOCHS, MAX_ROUNDS, Strict
+
+# Bounds, so that every value can finish and be accounted for. A noise multiplier past MAX_NOISE
+# drowns any batch's gradient (and at 1e300 the noise and the accountant's sums overflow: epsilon
+# came out infinite for the most noise); 0 is allowed, clipping only: epsilon is infinite, no
+# guarantee. A budget past MAX_TARGET_EPSILON bounds nothing (e^100), and Opacus's calibration
+# never ends for one it cannot reach (1e308); a budget too small for the accountant is refused
+# when the methods are built (`fedcare.privacy`), naming the key.
+MAX_NOISE = 1e6
+MAX_TARGET_EPSILON = 100.0
+NoiseMultiplier = Annotated[float, Field(ge=0, le=MAX_NOISE)]
+TargetEpsilon = Annotated[float, Field(gt=0, le=MAX_TARGET_EPSILON)]
 
 
 class DPSGD(Strict):
@@ -15,7 +26,7 @@ class DPSGD(Strict):
     example's gradient is clipped to `max_grad_norm`, Gaussian noise of standard deviation
     `noise_multiplier * max_grad_norm` is added to the batch's sum (`fedcare.privacy.dp_sgd`)."""
 
-    noise_multiplier: float = Field(1.0, ge=0)  # sigma; 0: clipping only (no privacy)
+    noise_multiplier: NoiseMultiplier = 1.0  # sigma; 0: clipping only (no privacy: epsilon is infinite)
     max_grad_norm: float = Field(1.0, gt=0, allow_inf_nan=True)  # C, the per-example L2 bound; inf: no clipping
     delta: float = Field(1e-5, gt=0, lt=1)  # the target delta epsilon is reported for
     accountant: Literal["rdp", "prv"] = "rdp"  # Opacus's RDP or PRV accountant
@@ -29,8 +40,9 @@ class DPSGD(Strict):
     # a budget instead of a noise multiplier: sigma calibrated per client so that
     # `budget_epochs` passes over its data spend `target_epsilon` at `delta`; a client stops
     # training (later fits recorded as skipped) before a step would cross it
-    target_epsilon: float | None = Field(None, gt=0)
-    budget_epochs: float | None = Field(None, gt=0)  # passes planned over the whole run: rounds x (local + fine-tuning) epochs
+    target_epsilon: TargetEpsilon | None = None
+    # passes planned over the whole run: rounds x (local + fine-tuning) epochs
+    budget_epochs: float | None = Field(None, gt=0, le=MAX_ROUNDS * MAX_EPOCHS)
 
     @model_validator(mode="after")
     def _budget(self) -> "DPSGD":
@@ -59,7 +71,7 @@ class ClientDP(Strict):
     wrappers do it: each client's update is clipped to the clipping norm, the clipped updates
     are averaged uniformly, and Gaussian noise of std noise_multiplier * norm / clients is added."""
 
-    noise_multiplier: float = Field(1.0, ge=0)
+    noise_multiplier: NoiseMultiplier = 1.0  # sigma; 0: clipping only (no privacy: epsilon is infinite)
     clipping_norm: float = Field(1.0, gt=0)  # the fixed norm, or the adaptive norm's start
     adaptive: bool = False  # adapt the norm towards the `target_quantile` of update norms
     target_quantile: float = Field(0.5, ge=0, le=1)  # gamma: the fraction of updates left unclipped, C tends to that quantile
@@ -68,8 +80,8 @@ class ClientDP(Strict):
     delta: float = Field(1e-5, gt=0, lt=1)  # the target delta epsilon is reported for
     # a budget instead of a noise multiplier: sigma calibrated so that `budget_rounds` rounds
     # spend `target_epsilon` at `delta`; a client whose next round would cross it is skipped
-    target_epsilon: float | None = Field(None, gt=0)
-    budget_rounds: int | None = Field(None, ge=1)  # the rounds each client is planned to take part in, over the run
+    target_epsilon: TargetEpsilon | None = None
+    budget_rounds: int | None = Field(None, ge=1, le=MAX_ROUNDS)  # the rounds each client is planned to take part in, over the run
 
     @model_validator(mode="after")
     def _budget(self) -> "ClientDP":

@@ -23,6 +23,8 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. train.rounds=3")
     key, text = assignment.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):  # `--set =5` was blamed on the experiment file
+        raise ConfigError(f"--set {assignment!r}: expected a dotted key before '=', e.g. train.rounds=3")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -38,11 +40,23 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = value
 
 
+MAX_CONFIG_BYTES = 1 << 20  # an experiment file is a page of TOML; /dev/zero was read until memory ran out
+
+
 def read_config(path: Path | str) -> str:
-    """An experiment file's text; ConfigError naming the file when it cannot be read."""
+    """An experiment file's text (a UTF-8 byte-order mark, as some editors write, is dropped);
+    ConfigError naming the file when it cannot be read, is not a regular file (a FIFO blocked
+    the read for ever) or is larger than an experiment file can be."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise ConfigError(f"{path}: not a regular file (a device, a FIFO or a socket); give an experiment TOML "
+                              "file")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB, not an experiment file")
+        return data.decode("utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except IsADirectoryError:

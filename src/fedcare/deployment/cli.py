@@ -110,8 +110,8 @@ def _quote(s: str) -> str:
 
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        _fail(f"--address {address!r}: expected HOST:PORT, e.g. 0.0.0.0:9092")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        _fail(f"--address {address!r}: expected HOST:PORT with a port from 1 to 65535, e.g. 0.0.0.0:9092")
     return host, int(port)
 
 
@@ -120,14 +120,21 @@ def certs(
     out: Annotated[Path, typer.Argument(help="Folder to write ca.crt, server.pem/.key and keys/<site>{,.pub} into.")],
     host: Annotated[list[str], typer.Option(help="Name or IP address the SuperLink is reached at (repeatable).")] = ["127.0.0.1", "localhost"],
     site: Annotated[list[str], typer.Option(help="A site to make an authentication key pair for (repeatable).")] = [],
-    days: Annotated[int, typer.Option(help="Validity of the certificates in days.")] = 365,
+    days: Annotated[int, typer.Option(help="Validity of the certificates in days (at most 3650).")] = 365,
 ) -> None:
     """Coordinator: a CA, the SuperLink's TLS certificate and one key pair per site."""
-    from fedcare.runtime.flower.certs import make_certificates, make_site_key
+    from fedcare.runtime.flower.certs import MAX_DAYS, make_certificates, make_site_key
 
-    _check_site_names(site)  # before anything is written: a refused call leaves nothing behind
+    # before anything is written: a refused call leaves nothing behind
+    _check_site_names(site)
+    twice = sorted({n for n in site if [m.lower() for m in site].count(n.lower()) > 1})
+    if twice:  # one key pair each; names that differ only in case are one file where case is not kept
+        _fail(f"--site {twice[0]!r}: given twice (site names must differ, also in more than upper/lower case)")
+    if not 1 <= days <= MAX_DAYS:
+        _fail(f"--days {days}: from 1 to {MAX_DAYS} (ten years)")
     if (out / "ca.crt").exists():
         _fail(f"{out}: certificates exist already; choose another folder (a new CA would lock out every site)")
+    existed = out.exists()
     before = set(out.rglob("*")) if out.is_dir() else set()
     try:
         make_certificates(out, list(host), days)
@@ -136,6 +143,8 @@ def certs(
     except (OSError, ValueError) as e:  # a full or read-only disk, a bad host name: nothing half-made is kept
         for path in sorted(set(out.rglob("*")) - before, reverse=True):
             path.rmdir() if path.is_dir() else path.unlink()
+        if not existed and out.is_dir():
+            out.rmdir()
         _fail(f"{out}: {e}")
     console.print(f"wrote {out}/ca.crt, server.pem, server.key" + (f" and keys for {', '.join(site)}" if site else ""))
 
@@ -149,9 +158,10 @@ def site_key(
     from fedcare.runtime.flower.certs import make_site_key
 
     _check_site_names([site])
-    if (out / "keys" / site).exists():
-        _fail(f"{out / 'keys' / site}: exists already")
-    private, public = make_site_key(out, site)
+    try:
+        private, public = make_site_key(out, site)
+    except OSError as e:  # a key of that name (never overwritten), a read-only disk
+        _fail(str(e) if e.filename is None else f"{e.filename}: {e.strerror}")
     console.print(f"wrote {private} (keep it at the site) and {public} (for the coordinator)")
 
 
@@ -445,6 +455,19 @@ def run_status(federation: str, run_id: int) -> dict:
         raise RuntimeError(f"flwr ls gave no status for run {run_id}: {out.stdout}{out.stderr}") from None
 
 
+PREFLIGHT = ".preflight"  # `--preflight-only --out runs/x` checks into runs/x.preflight
+
+
+def new_out(config: Path, out: Path | None, preflight_only: bool) -> Path:
+    """The folder a new run across sites writes into, on the coordinator: `--out` (default
+    runs/<config>-flower-<time>), absolute. A `--preflight-only` check writes into `<out>.preflight`,
+    so that the run it checks for can take `--out` itself afterwards."""
+    if out is None:
+        out = Path("runs") / f"{config.stem}-flower-{datetime.now():%Y%m%d-%H%M%S}"
+    out = out.resolve()
+    return out.with_name(out.name + PREFLIGHT) if preflight_only else out
+
+
 def _print_preflight(out: Path) -> None:
     """The sites' data summaries of a --preflight-only run, when its directory is on this machine."""
     from fedcare.deployment.app import PREFLIGHT_FILE
@@ -468,7 +491,8 @@ def run_command(
     federation: Annotated[str, typer.Option(help="The SuperLink connection in $FLWR_HOME/config.toml.")] = "",
     resume: Annotated[Optional[Path], typer.Option(help="Continue this interrupted run across the sites (its .partial "
                                                         "directory, on the coordinator's machine) instead of a new one.")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="Override a config key (repeatable).")] = [],
+    set_: Annotated[list[str], typer.Option("--set", help="Override a config key (repeatable; not with --resume, which "
+                                                          "continues the recorded config).")] = [],
     out: Annotated[Optional[Path], typer.Option(help="Run directory, on the coordinator's machine (default runs/<config>-flower-<time>).")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(help="Simulation only: the data every simulated site reads.")] = None,
     state_dir: Annotated[Optional[Path], typer.Option(help="Simulation only: where simulated sites keep their state.")] = None,
@@ -478,7 +502,8 @@ def run_command(
     unverified_sites: Annotated[bool, typer.Option(help="Take each SuperNode at its word about which site it is "
                                                         "(a local trial only; any registered node could claim any site).")] = False,
     preflight_only: Annotated[bool, typer.Option(help="Only check each site's data summary against the experiment "
-                                                      "(written to OUT/preflight.json), then stop; no training.")] = False,
+                                                      "(written to OUT.preflight/preflight.json, so the run can take --out OUT), then stop; "
+                                                      "no training.")] = False,
 ) -> None:
     """Researcher: run an experiment across the sites, wait for it, fail unless it completed
     (or, with --resume, continue an interrupted one from its last finished unit)."""
@@ -494,8 +519,12 @@ def run_command(
     if (config is None) == (resume is None):
         _fail("give the experiment's CONFIG file, or --resume RUN_DIR.partial to continue an interrupted run")
     if resume is not None:
+        if preflight_only:  # its check went into the run's own name, which the resume then found taken
+            _fail("--preflight-only: for a new run; a resume checks the sites' data itself before it continues")
+        if set_:  # it was dropped without a word: the sites would run another experiment than the one asked for
+            _fail(f"--set {set_[0]}: a resume continues the experiment the run recorded (its config.toml), unchanged; "
+                  "start a new run to change it")
         partial, out, config = _resumable(resume)
-        set_ = []
     try:
         experiment = load_config(config, set_)
         check_experiment(experiment, str(config))
@@ -512,11 +541,10 @@ def run_command(
     except SiteKeyError as e:
         _fail(f"--site-keys {e}")
     if resume is None:
-        if out is None:
-            out = Path("runs") / f"{config.stem}-flower-{datetime.now():%Y%m%d-%H%M%S}"
-        out = out.resolve()
+        out = new_out(config, out, preflight_only)
         if out.exists():
-            _fail(f"{out}: run directory already exists; choose another --out or remove it")
+            _fail(f"{out}: {'the check' if preflight_only else 'run directory'} already exists; choose another --out "
+                  "or remove it")
     run_config = {"experiment": to_toml(experiment), "experiment-name": config.name, "out": str(out),
                   "data-dir": str(data_dir.resolve()) if data_dir else "", "state-dir": str(state_dir.resolve()) if state_dir else "",
                   "resume": str(partial) if resume is not None else "",
@@ -530,7 +558,8 @@ def run_command(
         cmd = ["flwr", "run", str(app), federation, "--run-config", str(rc_file), "--stream"]
         if federation_config:
             cmd += ["--federation-config", with_gpus(federation_config, experiment.runtime.gpus_per_site)]
-        console.print(f"{'continuing' if resume else 'starting'} {config.name} on {federation!r}; run directory {out}")
+        console.print(f"{'continuing' if resume else 'checking' if preflight_only else 'starting'} {config.name} on "
+                      f"{federation!r}; {'preflight into' if preflight_only else 'run directory'} {out}")
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     sys.stdout.write(proc.stdout)

@@ -109,6 +109,15 @@ def as_float(x: Any) -> float:
         return math.nan
 
 
+def as_fraction(x: Any, where: str) -> float:
+    """A metric that is a fraction (accuracy, F1, an AUC) as a record holds it: NaN when missing,
+    an InputError naming `where` for a number outside 0..1 (accuracy 7.5 was reported as 750.0)."""
+    value = as_float(x)
+    if not math.isnan(value) and not 0.0 <= value <= 1.0:
+        raise InputError(f"{where} = {value:g}: not a fraction (0 to 1); not a value fedcare computed")
+    return value
+
+
 def read_records(path: Path) -> tuple[list[dict], list[str]]:
     """Parse a metrics.jsonl file: one JSON object per line (``NaN``/``Infinity`` literals and
     ``null`` accepted). Blank lines are skipped; so is a malformed *last* line without a

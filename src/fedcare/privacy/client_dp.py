@@ -50,10 +50,11 @@ from fedcare.algorithms.base import NUM_EXAMPLES, ClientId, DelegatingServer, Se
 from fedcare.algorithms.messages import Message
 from fedcare.config import ClientDP
 from fedcare.privacy.canary_clients import CanaryClients
-from fedcare.privacy.dp_sgd import PrivacyError, epsilon
+from fedcare.privacy.dp_sgd import PrivacyError, budget_problem, calibrate, epsilon
 from fedcare.seeding import numpy_rng, torch_generator
 
 CLIENT_DP_EPSILON = "client_dp_epsilon"
+KEY = "privacy.client_dp"  # the config table, named in errors
 CLIPPING_NORM = "client_dp_clipping_norm"
 
 
@@ -90,10 +91,10 @@ class Ledger:
 def calibrated_noise(config: ClientDP) -> float:
     """The noise multiplier with which `budget_rounds` releases (sampling rate 1, the
     accounting used here) spend exactly `target_epsilon` at `delta` (Opacus)."""
-    from opacus.accountants.utils import get_noise_multiplier
-
-    return float(get_noise_multiplier(target_epsilon=config.target_epsilon, target_delta=config.delta, sample_rate=1.0,
-                                      steps=config.budget_rounds, accountant="rdp"))
+    why = budget_problem(KEY, config.target_epsilon, config.delta, "rdp")
+    if why:
+        raise PrivacyError(why)
+    return calibrate(KEY, config.target_epsilon, config.delta, "rdp", 1.0, config.budget_rounds)
 
 
 class ClientDPServer(DelegatingServer):

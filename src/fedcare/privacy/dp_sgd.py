@@ -221,13 +221,40 @@ def calibrated_sigma(config: DPSGD, n: int, batch_size: int) -> float:
                        min(1.0, batch_size / n))
 
 
-@functools.lru_cache(maxsize=64)  # clients of one size share it; the search takes seconds
-def _calibrated(target: float, delta: float, accountant: str, epochs: float, q: float) -> float:
+def calibrate(key: str, target: float, delta: float, accountant: str, q: float, steps: int) -> float:
+    """Opacus's get_noise_multiplier for the budget `key` (e.g. "privacy.dp_sgd"); a budget it
+    cannot reach is a PrivacyError naming the key, not Opacus's words alone."""
     from opacus.accountants.utils import get_noise_multiplier
 
+    try:
+        return float(get_noise_multiplier(target_epsilon=target, target_delta=delta, sample_rate=q, steps=steps,
+                                          accountant=accountant))
+    except (ValueError, RuntimeError, OverflowError) as e:
+        raise PrivacyError(f"{key}.target_epsilon = {target:g}: no noise multiplier spends exactly it at delta = "
+                           f"{delta:g} over {steps} steps at sampling rate {q:.3g} ({accountant} accountant: {e}); "
+                           "raise target_epsilon or delta") from None
+
+
+def budget_problem(key: str, target: float, delta: float, accountant: str) -> str | None:
+    """Why no noise reaches the budget `target` at `delta` (None: some does). An accountant proves
+    no epsilon below its conversion's floor, whatever the noise: Opacus's calibration tries noise
+    up to its MAX_SIGMA, then gives up ("The privacy budget is too low"). Checked when the methods
+    are built, before any data are read."""
+    from opacus.accountants.utils import MAX_SIGMA
+
+    with warnings.catch_warnings():  # Opacus's remarks on its orders at extreme noise
+        warnings.simplefilter("ignore")
+        floor = _epsilon(((float(MAX_SIGMA), 1.0, 1),), float(delta), accountant)
+    if target > floor:
+        return None
+    return (f"{key}.target_epsilon = {target:g}: below what the {accountant} accountant can prove at delta = "
+            f"{delta:g} with any noise (about {floor:.3g}); raise target_epsilon or delta")
+
+
+@functools.lru_cache(maxsize=64)  # clients of one size share it; the search takes seconds
+def _calibrated(target: float, delta: float, accountant: str, epochs: float, q: float) -> float:
     steps = max(1, math.ceil(epochs * int(1 / q)))
-    return float(get_noise_multiplier(target_epsilon=target, target_delta=delta, sample_rate=q, steps=steps,
-                                      accountant=accountant))
+    return calibrate("privacy.dp_sgd", target, delta, accountant, q, steps)
 
 
 def steps_within_budget(ledger: torch.Tensor, sigma: float, q: float, target: float, delta: float,
@@ -301,6 +328,9 @@ class DPSGDClient(DelegatingClient):
     reports_privacy = True  # `evaluate` with PRIVACY_METRICS answers what the client has spent
 
     def __init__(self, inner: ClientHalf, config: DPSGD):
+        if config.target_epsilon is not None and (why := budget_problem("privacy.dp_sgd", config.target_epsilon,
+                                                                         config.delta, config.accountant)):
+            raise PrivacyError(why)
         super().__init__(inner)
         self.config = config
         self.hook = PerExampleClipNoise(config)

@@ -25,6 +25,18 @@ from fedcare.report.tables import Table
 from fedcare.runfiles import read_run_records
 
 KINDS = {DP_EPSILON: ("DP-SGD (sample-level)", "dp_sgd"), CLIENT_DP_EPSILON: ("client-level DP", "client_dp")}
+NO_GUARANTEE = "inf (no guarantee)"
+
+
+def epsilon_of(value: Any) -> float:
+    """An epsilon as a record holds it. metrics.jsonl is strict JSON, so an infinite epsilon is
+    stored as null: no noise (noise_multiplier = 0, clipping only) or so little that the
+    accountant's sums overflow (1e-300). Either way there is no guarantee, and it reads as inf."""
+    return math.inf if value is None else float(value)
+
+
+def epsilon_text(value: float, digits: int = 2) -> str:
+    return NO_GUARANTEE if math.isinf(value) else f"{value:.{digits}f}"
 
 
 def privacy_notes(run_dir: Path) -> list[str]:
@@ -40,16 +52,18 @@ def privacy_notes(run_dir: Path) -> list[str]:
     for key, (label, table) in KINDS.items():
         spent: dict[str, float] = {}
         for r in records:
-            if r.get("type") == "round" and r.get(key) is not None:
+            if r.get("type") == "round" and key in r:  # null: infinite (`epsilon_of`)
                 name = f"{r.get('method')} ({r['phase']})" if r.get("phase") else str(r.get("method"))
-                spent[name] = max(spent.get(name, 0.0), float(r[key]))
+                spent[name] = max(spent.get(name, 0.0), epsilon_of(r[key]))
         if spent:
             delta = privacy.get(table, {}).get("delta", "?")
             if table == "dp_sgd" and privacy.get(table, {}).get("sampling") == "shuffle":
                 label += ", approximate (shuffled batches; the accountant assumes Poisson sampling)"
-            listed = ", ".join(f"{m}: {e:.2f}" for m, e in sorted(spent.items()))
+            listed = ", ".join(f"{m}: {epsilon_text(e)}" for m, e in sorted(spent.items()))
+            unbounded = (" An infinite epsilon is no privacy guarantee at all: no noise (noise_multiplier = 0, "
+                         "clipping only) or too little for the accountant." if math.inf in spent.values() else "")
             notes.append(f"Privacy, {label}: epsilon spent at delta = {delta} (largest over clients and rounds) — "
-                         f"{listed}. See docs/privacy.md for "
+                         f"{listed}.{unbounded} See docs/privacy.md for "
                          f"what it covers and what it does not.")
     if (note := audit_note(records)) is not None:
         notes.append(note)
@@ -96,7 +110,8 @@ def budget_rows(records: list[dict], config: dict | None = None) -> list[dict]:
     for r in records:
         if r.get("type") == BUDGET:
             key = (str(r.get("method")), r["protection"], str(r["client"]), r.get("seed"))
-            rows[key] = {"method": key[0], "kind": r["protection"], "client": key[2], "epsilon": r["epsilon"],
+            rows[key] = {"method": key[0], "kind": r["protection"], "client": key[2],
+                         "epsilon": epsilon_of(r["epsilon"]),
                          "target": r.get("target_epsilon"), "delta": r.get("delta"), "steps": r.get("steps"),
                          "sampling": r.get("sampling"), "skipped": r.get("skipped", 0)}
     if rows:
@@ -112,7 +127,7 @@ def budget_rows(records: list[dict], config: dict | None = None) -> list[dict]:
                     "method": method, "kind": kind, "client": client, "target": table.get("target_epsilon"),
                     "delta": table.get("delta", 1e-5), "steps": None, "skipped": 0,
                     "sampling": table.get("sampling", "poisson") if kind == "dp_sgd" else None})
-                row["epsilon"] = max(row.get("epsilon", 0.0), float(eps))
+                row["epsilon"] = max(row.get("epsilon", 0.0), epsilon_of(eps))
         for client in r.get("skipped", []):
             for kind in ("dp_sgd", "client_dp"):
                 if (method, kind, client) in rows:
@@ -146,8 +161,8 @@ def budget_table(records: list[dict], config: dict | None = None) -> Table | Non
             client = f"all {len(group)}" if same else r["client"]
             level = "client-level DP" if r["kind"] == "client_dp" else (
                 "DP-SGD" + (" (approximate: shuffled)" if r.get("sampling") == "shuffle" else ""))
-            eps = "inf" if math.isinf(r["epsilon"]) else f"{r['epsilon']:.2f}"
-            display.append([r["method"], level, client, eps, "none" if r["target"] is None else f"{r['target']:g}",
+            display.append([r["method"], level, client, epsilon_text(r["epsilon"]),
+                            "none" if r["target"] is None else f"{r['target']:g}",
                             f"{r['delta']:g}" if r.get("delta") is not None else "?",
                             "" if r["steps"] is None else str(r["steps"]), str(r["skipped"])])
         for r in group:  # the CSV keeps every client
@@ -172,8 +187,8 @@ def membership_rows(records: list[dict]) -> list[dict]:
     methods = list(dict.fromkeys(r["method"] for r in audited))
     eps: dict[str, float] = {}
     for r in records:
-        if r.get("type") == "round" and r.get(DP_EPSILON) is not None:
-            eps[r["method"]] = max(eps.get(r["method"], 0.0), float(r[DP_EPSILON]))
+        if r.get("type") == "round" and DP_EPSILON in r:
+            eps[r["method"]] = max(eps.get(r["method"], 0.0), epsilon_of(r[DP_EPSILON]))
     rows = []
     for method in methods:
         for view in MEMBERSHIP_VIEWS:
@@ -204,7 +219,8 @@ MEMBERSHIP_CAPTION = (
     "is the TPR at no false positive when a subject has under 100 non-members. Views: own = the subject's "
     "personal model; peer = the next subject's model; server = the shared tensors, a split model's private part "
     "fitted by the server on the pretraining subjects' frames; n/a = the server receives nothing (local "
-    "training) or holds no frames to fit a head on. epsilon: the largest DP-SGD epsilon spent (inf: no DP-SGD). "
+    "training) or holds no frames to fit a head on. epsilon: the largest DP-SGD epsilon spent (inf: no DP-SGD, or "
+    "DP-SGD without noise: no guarantee). "
     "The data are synthetic; see docs/privacy.md."
 )
 
@@ -219,7 +235,7 @@ def membership_table(records: list[dict], caption: str | None = None) -> Table |
                "members", "non-members"]
     display, csv_rows = [], []
     for r in rows:
-        eps = "inf" if r["epsilon"] is None else f"{r['epsilon']:.1f}"
+        eps = "inf" if r["epsilon"] is None or math.isinf(r["epsilon"]) else f"{r['epsilon']:.1f}"
         if not r["n"]:
             display.append([r["method"], VIEW_LABELS[r["view"]], eps, "0", "n/a", "", "", "", ""])
         else:

@@ -47,7 +47,7 @@ import numpy as np
 
 from fedcare.errors import InputError
 from fedcare.evaluation.statistics import (
-    Unit, as_float, as_unit, first_appearance, nanmean, nanstd, sort_units, weighted_mean_sd,
+    Unit, as_float, as_fraction, as_unit, first_appearance, nanmean, nanstd, sort_units, weighted_mean_sd,
 )
 from fedcare.report import write_report
 from fedcare.report.html import esc, render_run_page, table_block
@@ -139,8 +139,10 @@ def load_client_evals(records: Iterable[Mapping[str, Any]], metric: str,
             ) from None
         model = as_unit(r["model"]) if r.get("model") is not None else None
         method = str(r["method"]) if model is None else f"{r['method']} ({unit_label(model)})"
+        value = (as_fraction(r.get(metric), f"{source}: client_eval record {i}: {metric}")
+                 if metric_named(metric).fraction else as_float(r.get(metric)))
         out.append(ClientEval(method=method, seed=as_unit(r["seed"]), round=rnd, client=as_unit(r["client"]),
-                              n=as_float(r.get("n")), value=as_float(r.get(metric)), model=model))
+                              n=as_float(r.get("n")), value=value, model=model))
     return out
 
 

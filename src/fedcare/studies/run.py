@@ -29,9 +29,12 @@ from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
 from fedcare.studies.checkpoint import Checkpoint
 from fedcare.studies.checks import check_before_training, check_methods
+from fedcare.studies.fingerprint import data_fingerprint, fingerprint_problem
 from fedcare.studies.load import load_config
 from fedcare.studies.run_record import RunRecord, config_digest
-from fedcare.studies.rundir import METRICS_FILE, Progress, RecordsWriter, RunDirectory, read_run_info, set_threads
+from fedcare.studies.rundir import (
+    METRICS_FILE, RUN_FILE, Progress, RecordsWriter, RunDirectory, read_run_info, set_threads,
+)
 
 # (the study bound to its experiment, the records writer) -> the runtime whose clients are the sites
 RuntimeFactory = Callable[[Study, Records], StudyRuntime]
@@ -65,7 +68,7 @@ def resume_study(partial: Path, *, progress: Progress | None = None,
     sites (`runtime_factory`: `fedcare flower run --resume`), a local one in this process."""
     run = RunDirectory.reopen(partial)
     try:
-        info = read_run_info(run.partial)[0]
+        info = run_info_of(run.partial)[0]
         config = load_config(run.partial / "config.toml", recorded=info.get("study_source"))
         saved = Checkpoint.load(run.partial)
     except BaseException:
@@ -101,6 +104,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         runtime.lineage = lineage  # every federation the runtime builds is recorded there
         _check_robustness(study, runtime)
         check_before_training(study, runtime)  # the methods again, the runtime's wiring, the model's outputs
+        _same_data(record, data_fingerprint(config, runtime))  # a resume continues on the data it began with
         record.runtime_ready(runtime)
         checkpoint = Checkpoint(run.partial, records, saved, on_commit=record.unit_finished, lineage=lineage)
         protocol = study.protocol(runtime, records.write, progress, checkpoint)
@@ -121,7 +125,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
             records.close()
         if lineage is not None:
             lineage.close()
-        e.add_note(_stopped(run, record, e, keep_partial, checkpoint))
+        e.add_note(_stopped(run, record, e, keep_partial, checkpoint, saved))
         raise
     finally:
         record.close()
@@ -163,21 +167,46 @@ def _check_robustness(study: Study, runtime: StudyRuntime) -> None:
 
 def _check_same_experiment(partial: Path, info: dict) -> None:
     """A resume continues the experiment the run began: refuse a config.toml edited since
-    (its records would mix two experiments under one config)."""
+    (its records would mix two experiments under one config), or one it cannot check."""
     began = info.get("config_sha256")
-    if began is not None and config_digest(partial) != began:
+    if not isinstance(began, str):
+        raise InputError(f"{partial / 'run.json'}: records no config_sha256, so nothing tells whether config.toml "
+                         "changed since the run started; a resume continues only the experiment it began (start a "
+                         "new run with `fedcare run`)")
+    if config_digest(partial) != began:
         raise InputError(f"{partial / 'config.toml'}: changed since the run started; a resume continues the "
                          "experiment it began (restore the file, or start a new run with `fedcare run`)")
 
 
+def _same_data(record: RunRecord, fingerprint: dict) -> None:
+    """A new run records its data's fingerprint; a resume refuses other data than the run began
+    with (`fedcare.studies.fingerprint`)."""
+    if not record.resumed:
+        record.update(data_fingerprint=fingerprint)
+        return
+    began = record.before.get("data_fingerprint")
+    if not isinstance(began, dict):
+        record.log("resumed without checking its data: run.json records no data_fingerprint (a run begun before "
+                   "fedcare recorded one)")
+        return
+    problem = fingerprint_problem(began, fingerprint)
+    if problem:
+        raise InputError(f"{record.dir}: {problem}; a resume continues on the data the run began with (put them "
+                         "back, or start a new run with `fedcare run`)")
+
+
 def _stopped(run: RunDirectory, record: RunRecord, error: BaseException, keep_partial: bool,
-             checkpoint: Checkpoint | None) -> str:
+             checkpoint: Checkpoint | None, saved: dict | None) -> str:
     """Keep the partial directory if it holds finished work (or asked to), else remove it;
     returns the note saying which, and how to continue."""
     interrupted = isinstance(error, (KeyboardInterrupt, Terminated))
     why = {KeyboardInterrupt: "interrupted (Ctrl-C)", Terminated: "stopped (SIGTERM)"}.get(type(error)) or str(error)
-    done = checkpoint.units_done if checkpoint is not None else 0
-    total = checkpoint.units_total if checkpoint is not None else 0
+    if checkpoint is None and saved:  # a resume stopped before its checkpoint was opened keeps what it had
+        progress = record.before.get("progress") if isinstance(record.before.get("progress"), dict) else {}
+        done, total = len(saved.get("units", [])), progress.get("units_total", "?")
+    else:
+        done = checkpoint.units_done if checkpoint is not None else 0
+        total = checkpoint.units_total if checkpoint is not None else 0
     if done or keep_partial:
         record.stopped(why, interrupted)
         run.release()
@@ -190,9 +219,21 @@ def _stopped(run: RunDirectory, record: RunRecord, error: BaseException, keep_pa
     return "nothing was finished; nothing kept"
 
 
-def study_of_run(run_dir: Path) -> tuple[type[Study], dict, list[str]]:
-    """(the study class, run.json, notes about reading it) of a run directory."""
+def run_info_of(run_dir: Path) -> tuple[dict, list[str]]:
+    """(run.json, notes about reading it) of a run directory; an InputError when it is there but
+    unreadable: it says which study made the run (one was reported as a pain run, and a
+    FedHealth 2 run's report crashed) and how the run began. A missing one is a note."""
     run_info, notes = read_run_info(run_dir)
+    if (Path(run_dir) / RUN_FILE).exists() and notes:
+        raise InputError(f"{Path(run_dir) / RUN_FILE}: {notes[0].split(RUN_FILE + ' ', 1)[-1].split(';')[0]}; it says "
+                         "which study made the run and how it began, so the run cannot be reported or resumed from it")
+    return run_info, notes
+
+
+def study_of_run(run_dir: Path) -> tuple[type[Study], dict, list[str]]:
+    """(the study class, run.json, notes about reading it) of a run directory; without run.json,
+    or one without `study` (fedcare before studies were named), a pain run."""
+    run_info, notes = run_info_of(run_dir)
     name = str(run_info.get("study") or registry.DEFAULT_STUDY).strip()
     try:
         study = registry.get(name, run_info.get("study_source"))

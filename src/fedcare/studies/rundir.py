@@ -236,6 +236,11 @@ class RecordsWriter(AppendedFile):
     written so far durable and returns the file's size (a checkpoint's offset)."""
 
     def __init__(self, path: Path, truncate_to: int | None = None):
+        path = Path(path)
+        if truncate_to and not path.exists():  # a resume would start it empty: finished units' records lost
+            raise InputError(f"{path}: missing, but its checkpoint has finished units whose records it held "
+                             f"({truncate_to} bytes); this run cannot be resumed without them (restore the file, or "
+                             f"start a new run)")
         super().__init__(path, truncate_to)
         self.written = 0
 

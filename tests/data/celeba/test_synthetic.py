@@ -88,3 +88,12 @@ def test_attributes_change_the_picture_where_they_should():
     assert np.array_equal(a.image, b.image) and np.array_equal(draw_face(5, 1).image, draw_face(5, 1).image)
     with pytest.raises(ValueError, match="Glasses"):
         draw_face(1, 0, overrides={"Glasses": True})
+
+
+@pytest.mark.parametrize("options", [{"identities": 10 ** 9}, {"images_per_identity": 10 ** 6}])
+def test_counts_past_their_bounds_are_refused_before_anything_is_drawn(tmp_path, options):
+    from fedcare.errors import InputError
+
+    with pytest.raises(InputError, match="<= 100000|<= 1000"):
+        generate_celeba(tmp_path / "x", **options)
+    assert list(tmp_path.iterdir()) == []

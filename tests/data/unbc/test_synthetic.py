@@ -426,17 +426,21 @@ def test_quirks_write_black_frames(tmp_path):
     assert all(cv2.imread(str(p)).max() > 0 for p in (tmp_path / "s/Images").rglob("*.png"))
 
 
-def test_refuses_to_overwrite_and_overwrites_on_request(tmp_path):
+def test_refuses_to_overwrite_and_overwrites_only_a_cohort_on_request(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("precious")
-    with pytest.raises(FileExistsError, match=re.escape(str(out))):
-        generate_pain_cohort(out, subjects=[43], frame_scale=0.01, image_size=16)
-    assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "precious"
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
-    summary = generate_pain_cohort(out, subjects=[43], frame_scale=0.01, image_size=16, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "fedcare-synthetic.json").is_file()
-    assert summary["root"] == str(out) and [p.name for p in tmp_path.iterdir()] == ["out"]
+    for overwrite in (False, True):  # --overwrite replaces a synthetic cohort, never a user's folder
+        with pytest.raises(FileExistsError, match=re.escape(str(out))):
+            generate_pain_cohort(out, subjects=[43], frame_scale=0.01, image_size=16, overwrite=overwrite)
+        assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "precious"
+        assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    cohort = tmp_path / "cohort"
+    generate_pain_cohort(cohort, subjects=[43], frame_scale=0.01, image_size=16)
+    (cohort / "stray.txt").write_text("left in a generated cohort")
+    summary = generate_pain_cohort(cohort, subjects=[43], frame_scale=0.01, image_size=16, overwrite=True)
+    assert not (cohort / "stray.txt").exists() and (cohort / "fedcare-synthetic.json").is_file()
+    assert summary["root"] == str(cohort) and sorted(p.name for p in tmp_path.iterdir()) == ["cohort", "out"]
     empty = tmp_path / "empty"
     empty.mkdir()
     generate_pain_cohort(empty, subjects=[43], frame_scale=0.01, image_size=16)  # an empty folder is fine
@@ -483,10 +487,12 @@ def test_bad_arguments_are_refused(tmp_path):
         generate_pain_cohort(tmp_path / "x", subjects=[42, 999])
     with pytest.raises(ValueError, match="empty"):
         generate_pain_cohort(tmp_path / "x", subjects=[])
-    with pytest.raises(ValueError, match="frame_scale"):
-        generate_pain_cohort(tmp_path / "x", frame_scale=0)
-    with pytest.raises(ValueError, match="image_size"):
-        generate_pain_cohort(tmp_path / "x", image_size=8)
+    for frame_scale in (0, float("nan"), 1e9):  # 1e9 was a 23 TiB allocation
+        with pytest.raises(ValueError, match="frame_scale must be a number above 0 and at most 10"):
+            generate_pain_cohort(tmp_path / "x", frame_scale=frame_scale)
+    for image_size in (8, 10**6):
+        with pytest.raises(ValueError, match="image_size must be an integer from 16 to 1024"):
+            generate_pain_cohort(tmp_path / "x", image_size=image_size)
     with pytest.raises(ValueError, match="min_frames_per_sequence"):
         generate_pain_cohort(tmp_path / "x", min_frames_per_sequence=0)
     assert list(tmp_path.iterdir()) == []

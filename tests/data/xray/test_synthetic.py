@@ -50,3 +50,18 @@ def test_classes_are_learnable_from_pixels(tmp_path):
     accuracy = (model.predict(x[test]) == ds.labels[test]).mean()
     majority = np.bincount(ds.labels[test]).max() / test.sum()
     assert accuracy > majority + 0.1
+
+
+@pytest.mark.parametrize("option, value", [("--scale", "nan"), ("--scale", "inf"), ("--scale", "1e9"),
+                                           ("--scale", "0"), ("--image-size", "100000")])
+def test_a_scale_or_size_out_of_range_is_one_line_and_writes_nothing(tmp_path, option, value):
+    """`--scale nan` passed `scale <= 0` and failed in round() with a traceback."""
+    from typer.testing import CliRunner
+
+    from fedcare.cli import app
+
+    result = CliRunner().invoke(app, ["data", "synth", "xray", str(tmp_path / "x"), option, value])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert ("scale must be a number above 0 and at most 10" if option == "--scale"
+            else "image_size must be from 16 to 1024") in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -133,3 +133,21 @@ def test_site_key_folders_are_checked(tmp_path, keys):
         read_site_keys(tmp_path)
     with pytest.raises(SiteKeyError, match="not this site's private key"):
         sign_claim(keys / "site-43.pub", "c", "site-43", 43)
+
+
+def test_a_key_of_a_type_cryptography_does_not_know_is_a_site_key_error(tmp_path):
+    """An `ecdsa-sha2-nistp999` (or any unknown type) `.pub` raised UnsupportedAlgorithm, a traceback."""
+    import base64
+    import struct
+
+    def field(b: bytes) -> bytes:
+        return struct.pack(">I", len(b)) + b
+
+    blob = field(b"ecdsa-sha2-nistp999") + field(b"nistp999") + field(b"\x04" + b"\x01" * 64)
+    (tmp_path / "odd.pub").write_bytes(b"ecdsa-sha2-nistp999 " + base64.b64encode(blob) + b" odd\n")
+    with pytest.raises(SiteKeyError, match="odd.pub: not a site's public key"):
+        read_site_keys(tmp_path)
+    (tmp_path / "odd.pub").unlink()
+    (tmp_path / "folder.pub").mkdir()  # a folder named like a key: a traceback too
+    with pytest.raises(SiteKeyError, match="folder.pub: cannot be read"):
+        read_site_keys(tmp_path)

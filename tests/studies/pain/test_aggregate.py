@@ -132,3 +132,10 @@ def test_records_io(tmp_path):
         read_records(path)
     with pytest.raises(ValueError, match="lacks"):
         load_test_records([{"type": "test", "method": "A", "seed": 1}])
+
+
+def test_a_metric_out_of_range_is_an_error_naming_the_record():
+    """F1 7.5 would be shown as 750.0."""
+    record = {"type": "test", "method": "A", "seed": 1, "session": 1, "client": 43, "n": 10, "positives": 2, "f1": 7.5}
+    with pytest.raises(ValueError, match=r"test record 1: f1 = 7.5: not a fraction"):
+        load_test_records([record])

@@ -68,7 +68,7 @@ import cv2
 import numpy as np
 
 from fedcare.data.celeba.reader import ATTRIBUTES
-from fedcare.data.common import SYNTHETIC_MARKER
+from fedcare.data.common import MAX_IDENTITIES, MAX_IMAGES_PER_IDENTITY, SYNTHETIC_MARKER
 from fedcare.data.synthetic import face
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
 from fedcare.errors import InputError
@@ -548,16 +548,18 @@ def generate_celeba(
     The copy is written into a temporary sibling folder and renamed into place; FileExistsError
     if `out` is not empty (unless `overwrite`); ValueError for a bad option."""
     out = Path(out)
-    for name, value, least in (("seed", seed, 0), ("identities", identities, 1),
-                               ("images_per_identity", images_per_identity, 2)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise InputError(f"{name} must be an integer >= {least}, got {value!r}")
+    for name, value, least, most in (("seed", seed, 0, None), ("identities", identities, 1, MAX_IDENTITIES),
+                                     ("images_per_identity", images_per_identity, 2, MAX_IMAGES_PER_IDENTITY)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least \
+                or (most is not None and value > most):
+            raise InputError(f"{name} must be an integer >= {least}" + (f" and <= {most}" if most else "")
+                             + f", got {value!r}")
     seed, identities, images_per_identity = int(seed), int(identities), int(images_per_identity)
-    check_output_dir(out, overwrite)
+    check_output_dir(out, overwrite, GENERATOR)
     counts, split, numbers = _plan(seed, identities, images_per_identity)
     total = int(counts.sum())
     workers = workers or max(1, min(4, os.cpu_count() or 1))
-    with atomic_directory(out, overwrite) as tmp:
+    with atomic_directory(out, overwrite, GENERATOR) as tmp:
         folder = tmp / "img_align_celeba"
         folder.mkdir()
 

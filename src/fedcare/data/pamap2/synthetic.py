@@ -41,6 +41,7 @@ from fedcare.errors import InputError
 
 G = 9.81
 RATE = 100
+GENERATOR = "fedcare.data.synthetic.pamap2"  # in the marker; --overwrite replaces only a copy it names
 PROTOCOL_ORDER = (1, 2, 3, 17, 16, 12, 13, 4, 7, 6)  # the real protocol order, minus running / rope jumping
 _EARTH = np.array([20.0, -40.0, 30.0])  # μT
 
@@ -216,13 +217,13 @@ def generate_pamap2(
     FileExistsError naming `out` if it exists and is not empty (unless `overwrite`)."""
     if not isinstance(seed, int) or seed < 0:
         raise InputError(f"seed must be a non-negative integer, got {seed!r}")
-    if not seconds_per_activity > 0:
-        raise InputError(f"seconds_per_activity must be > 0, got {seconds_per_activity!r}")
+    if not 0 < seconds_per_activity <= 3600:  # nan and inf too: an hour of each activity is plenty
+        raise InputError(f"seconds_per_activity must be above 0 and at most 3600, got {seconds_per_activity!r}")
     ids = _subject_ids(subjects)
     out = Path(out)
     rows_per_activity = {ACTIVITY_NAMES[a]: 0 for a in (0, *PAPER_ACTIVITIES)}
     total = 0
-    with atomic_directory(out, overwrite) as tmp:
+    with atomic_directory(out, overwrite, GENERATOR) as tmp:
         folder = tmp / "PAMAP2_Dataset" / "Protocol"
         folder.mkdir(parents=True)
         for i, subject in enumerate(ids):
@@ -234,7 +235,7 @@ def generate_pamap2(
             if progress:
                 progress(i + 1, len(ids))
         note = {
-            "generator": "fedcare.data.synthetic.pamap2",
+            "generator": GENERATOR,
             "seed": seed,
             "note": "SYNTHETIC PAMAP2-layout recordings, not people",
             "options": {"subjects": ids, "seconds_per_activity": seconds_per_activity},

@@ -260,13 +260,13 @@ def generate_surgical(
                              heichole_seconds=heichole_seconds, width=width, height=height, split_seed=split_seed)
     videos, heichole_videos, seconds, heichole_seconds, width, height, split_seed = options.values()
     out = Path(out)
-    check_output_dir(out, overwrite)
+    check_output_dir(out, overwrite, GENERATOR)
     start_time = time.perf_counter()
     plans = plan_videos(seed=seed, videos=videos, heichole_videos=heichole_videos, seconds=seconds,
                         heichole_seconds=heichole_seconds, split_seed=split_seed)
     total = sum(p.frames for p in plans)
     tick = _frame_counter(total, progress)
-    with atomic_directory(out, overwrite) as tmp:
+    with atomic_directory(out, overwrite, GENERATOR) as tmp:
         cho, hei = tmp / "cholec80", tmp / "heichole"
         for folder in (cho / "videos", cho / "tool_annotations", cho / "phase_annotations", hei / "Videos" / "Full",
                        hei / "Annotations" / "Instrument", hei / "Annotations" / "Phase"):

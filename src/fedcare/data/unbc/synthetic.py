@@ -83,7 +83,7 @@ from fedcare.data.synthetic.face import identity as _identity
 from fedcare.data.synthetic.face import render_faces as _render_sequence
 from fedcare.data.synthetic.face import session_conditions as _session
 from fedcare.data.synthetic.output import atomic_directory, check_output_dir
-from fedcare.data.common import SYNTHETIC_MARKER
+from fedcare.data.common import MAX_IMAGE_SIZE, MAX_SCALE, SYNTHETIC_MARKER
 from fedcare.data.unbc.groups import THESIS_GROUP1, THESIS_GROUP2
 from fedcare.errors import InputError
 
@@ -568,10 +568,12 @@ def _check_options(seed, frame_scale, image_size, min_frames_per_sequence) -> tu
     """(seed, image_size, min_frames_per_sequence) as ints; ValueError naming a bad option."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputError(f"seed must be a non-negative integer, got {seed!r}")
-    if not (isinstance(frame_scale, (int, float)) and math.isfinite(frame_scale) and frame_scale > 0):
-        raise InputError(f"frame_scale must be a positive number, got {frame_scale!r}")
-    if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) or image_size < 16:
-        raise InputError(f"image_size must be an integer >= 16, got {image_size!r}")
+    if not (isinstance(frame_scale, (int, float)) and math.isfinite(frame_scale) and 0 < frame_scale <= MAX_SCALE):
+        raise InputError(f"frame_scale must be a number above 0 and at most {MAX_SCALE:g} (times the real frame "
+                         f"counts), got {frame_scale!r}")
+    if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) \
+            or not 16 <= image_size <= MAX_IMAGE_SIZE:
+        raise InputError(f"image_size must be an integer from 16 to {MAX_IMAGE_SIZE}, got {image_size!r}")
     if isinstance(min_frames_per_sequence, bool) or not isinstance(min_frames_per_sequence, (int, np.integer)) \
             or min_frames_per_sequence < 1:
         raise InputError(f"min_frames_per_sequence must be an integer >= 1, got {min_frames_per_sequence!r}")
@@ -626,12 +628,12 @@ def generate_pain_cohort(
     out = Path(out)
     subj = _check_subjects(subjects)
     seed, image_size, min_frames_per_sequence = _check_options(seed, frame_scale, image_size, min_frames_per_sequence)
-    check_output_dir(out, overwrite)
+    check_output_dir(out, overwrite, GENERATOR)
 
     plans = _plan(subj, seed, float(frame_scale), min_frames_per_sequence, bool(quirks))
     total = sum(p.frames for p in plans)
     pspi_counts: dict[int, int] = {}
-    with atomic_directory(out, overwrite) as tmp:
+    with atomic_directory(out, overwrite, GENERATOR) as tmp:
         writers = _Writers(total, progress)
         try:
             if progress is not None:

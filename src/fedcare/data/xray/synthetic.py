@@ -12,6 +12,7 @@ Deterministic from the seed. Written atomically with a `fedcare-synthetic.json` 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,13 +20,14 @@ import cv2
 import numpy as np
 
 from fedcare.data.synthetic.output import atomic_directory
-from fedcare.data.common import SYNTHETIC_MARKER
+from fedcare.data.common import MAX_IMAGE_SIZE, MAX_SCALE, SYNTHETIC_MARKER
 from fedcare.data.xray.reader import CLASSES
 from fedcare.errors import InputError
 
 ROOT_NAME = "Curated X-Ray Dataset"
 REAL_COUNTS = {"COVID-19": 1281, "Normal": 3270, "Pneumonia-Bacterial": 3001, "Pneumonia-Viral": 1656}
 N_SOURCES = 15
+GENERATOR = "fedcare.data.synthetic.xray"  # in the marker; --overwrite replaces only a copy it names
 
 
 def _chest(rng: np.random.Generator, size: int, label: str) -> np.ndarray:
@@ -93,16 +95,19 @@ def generate_xray(
     site instead, `out/site-<k>/Curated X-Ray Dataset/...` (k = 1..sites), each holding every
     `sites`-th image of each class in its own source look (exposure, contrast, noise): the
     natural split of a multi-hospital collection. Returns {"root", "images", "classes"}."""
-    if scale <= 0 or image_size < 16:
-        raise InputError(f"scale must be > 0 and image_size >= 16, got {scale}, {image_size}")
+    if not (math.isfinite(scale) and 0 < scale <= MAX_SCALE):  # nan passed `scale <= 0`
+        raise InputError(f"scale must be a number above 0 and at most {MAX_SCALE:g} (times the real class counts), "
+                         f"got {scale}")
+    if not 16 <= image_size <= MAX_IMAGE_SIZE:
+        raise InputError(f"image_size must be from 16 to {MAX_IMAGE_SIZE} pixels, got {image_size}")
     if sites is not None and sites < 2:
         raise InputError(f"sites must be at least 2, got {sites}")
     counts = {name: max(4, round(REAL_COUNTS[name] * scale)) for name in CLASSES}
     total, done = sum(counts.values()), 0
-    note = {"generator": "fedcare.data.synthetic.xray", "seed": seed, "note": "SYNTHETIC chest X-rays, not patients",
+    note = {"generator": GENERATOR, "seed": seed, "note": "SYNTHETIC chest X-rays, not patients",
             "options": {"scale": scale, "image_size": image_size, "sites": sites}}
     marker = json.dumps(note, indent=2, sort_keys=True) + "\n"
-    with atomic_directory(Path(out), overwrite) as tmp:
+    with atomic_directory(Path(out), overwrite, GENERATOR) as tmp:
         folders = [tmp] if sites is None else [tmp / f"site-{k}" for k in range(1, sites + 1)]
         for index, name in enumerate(CLASSES):
             for folder in folders:

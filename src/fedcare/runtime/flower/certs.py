@@ -26,9 +26,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
+MAX_DAYS = 3650  # ten years: longer than any certificate should live (10^7 days overflowed the date)
+
+
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    """Write a certificate (follows the umask) or a private key (0600 from creation: no window)."""
-    atomic_write_bytes(path, data, private=private)
+    """Write a certificate (follows the umask) or a key (0600 from creation: no window); never
+    over an existing file: a key overwritten locks its site out, or lets another site in."""
+    atomic_write_bytes(path, data, private=private, exclusive=True)
 
 
 def _pem_key(key) -> bytes:
@@ -45,6 +49,8 @@ def _san(host: str) -> x509.GeneralName:
 
 def make_certificates(out: Path, hosts: list[str], days: int = 365) -> None:
     """CA and SuperLink certificate for `hosts` (names or IP addresses) into `out`."""
+    if not 1 <= days <= MAX_DAYS:
+        raise ValueError(f"--days {days}: from 1 to {MAX_DAYS} (ten years)")
     out.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -76,11 +82,15 @@ def make_certificates(out: Path, hosts: list[str], days: int = 365) -> None:
 
 
 def make_site_key(out: Path, site: str) -> tuple[Path, Path]:
-    """A site's SuperNode authentication key pair: `keys/<site>` (private) and `.pub`."""
+    """A site's SuperNode authentication key pair: `keys/<site>` (private) and `.pub`; never
+    over an existing key (FileExistsError naming it)."""
     keys = out / "keys"
+    private, public = keys / site, keys / f"{site}.pub"
+    for path in (private, public):
+        if path.exists():
+            raise FileExistsError(f"{path}: exists already; a key is never overwritten")
     keys.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP384R1())
-    private, public = keys / site, keys / f"{site}.pub"
     _write(private, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                       serialization.NoEncryption()), private=True)
     _write(public, key.public_key().public_bytes(serialization.Encoding.OpenSSH,

@@ -15,7 +15,7 @@ import base64
 import secrets
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_ssh_private_key, load_ssh_public_key
@@ -42,7 +42,7 @@ def sign_claim(key_file: Path, challenge: str, site: str, client: object) -> str
     """The site's signature (base64) of its claim to be `site` (client `client`)."""
     try:
         key = load_ssh_private_key(key_file.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as e:
         raise SiteKeyError(f"{key_file}: not this site's private key ({e})") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise SiteKeyError(f"{key_file}: not an EC key (make it with `fedcare flower site-key`)")
@@ -70,11 +70,14 @@ def read_site_keys(folder: Path) -> dict[str, str]:
         site = path.name[: -len(".pub")]
         if site_name_problem(site):
             raise SiteKeyError(f"{path}: {site_name_problem(site)}")
-        text = path.read_text(errors="replace").strip()
+        try:
+            text = path.read_text(errors="replace").strip()
+        except OSError as e:  # a folder named x.pub, a file this user cannot read
+            raise SiteKeyError(f"{path}: cannot be read ({e.strerror or e})") from None
         try:
             if not isinstance(load_ssh_public_key(text.encode()), ec.EllipticCurvePublicKey):
-                raise ValueError("not an EC key")
-        except (ValueError, TypeError) as e:
+                raise ValueError("not an EC key: make it with `fedcare flower site-key`")
+        except (ValueError, TypeError, UnsupportedAlgorithm) as e:  # a key type cryptography does not know too
             raise SiteKeyError(f"{path}: not a site's public key ({e})") from None
         keys[site] = text
     if not keys:

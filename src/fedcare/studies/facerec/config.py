@@ -8,7 +8,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedcare.config import Aggregation, BatchSize, DataSource, Experiment, LearningRate, Rounds, Strict, Train
+from fedcare.config import MAX_CLIENTS, Aggregation, BatchSize, DataSource, Experiment, LearningRate, Rounds, Strict, Train
+from fedcare.data.common import MAX_IDENTITIES, MAX_IMAGE_SIZE, MAX_IMAGES_PER_IDENTITY
 
 # "<algorithm>[-variant]": FedAvg ("fedavg") or federated HF-MAML ("hfmaml") with the global
 # ArcFace head (shared, every client's identities), "-local" (each client's own head, private),
@@ -21,8 +22,8 @@ class FacerecSynthetic(Strict):
     """A synthetic CelebA copy generated into the run directory (`fedcare data synth celeba`)."""
 
     seed: int = 0
-    identities: int = Field(300, ge=2)
-    images_per_identity: int = Field(20, ge=2)
+    identities: int = Field(300, ge=2, le=MAX_IDENTITIES)
+    images_per_identity: int = Field(20, ge=2, le=MAX_IMAGES_PER_IDENTITY)
 
 
 class FacerecData(DataSource):
@@ -31,9 +32,9 @@ class FacerecData(DataSource):
     partition: Literal["equal", "lognormal", "attribute"] = "lognormal"
     partition_seed: int = 0  # the partition is fixed over runs (thesis: same seed for all runs)
     identities: int = Field(1500, ge=2)  # equal / lognormal: identities over all clients
-    clients: int = Field(20, ge=2)  # equal / lognormal (attribute: Table 4.1's 20 clients)
+    clients: int = Field(20, ge=2, le=MAX_CLIENTS)  # equal / lognormal (attribute: Table 4.1's 20 clients)
     attribute_scale: float = Field(1.0, gt=0)  # attribute: Table 4.1 sizes x this
-    image_size: int = Field(128, ge=16)  # the face crops' side (thesis 128)
+    image_size: int = Field(128, ge=16, le=MAX_IMAGE_SIZE)  # the face crops' side (thesis 128)
     detector_scale_factor: float = Field(1.1, gt=1.0)  # Haar pyramid step (1.1: OpenCV's default)
     detector_min_size: int = Field(48, ge=16)  # smallest face side in pixels
     cache: Path | None = None  # the face-crop cache folder; none: ~/.cache/fedcare/celeba-faces

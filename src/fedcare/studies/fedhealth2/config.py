@@ -8,8 +8,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedcare.config import (Aggregation, DataSource, Experiment, LearningRate, LocalEpochs, ProximalMu, Rounds, Strict,
-                            Train)
+from fedcare.config import (MAX_CLIENTS, Aggregation, DataSource, Experiment, LearningRate, LocalEpochs, ProximalMu,
+                            Rounds, Strict, Train)
+from fedcare.data.common import MAX_IMAGE_SIZE, MAX_SCALE
 
 FEDHEALTH2_METHODS = ("local", "fedavg", "fedprox", "fedbn", "fedper", "fedap", "d-fedap", "f-fedap")
 PRETRAINED_METHODS = ("fedap", "d-fedap")  # start from the pretrained model and run their setup before round 1
@@ -21,9 +22,9 @@ class FedHealth2Synthetic(Strict):
 
     seed: int = 0
     subjects: int = Field(9, ge=2)
-    seconds_per_activity: float = Field(30.0, gt=0)
-    scale: float = Field(0.05, gt=0)
-    image_size: int = Field(64, ge=16)
+    seconds_per_activity: float = Field(30.0, gt=0, le=3600)
+    scale: float = Field(0.05, gt=0, le=MAX_SCALE)
+    image_size: int = Field(64, ge=16, le=MAX_IMAGE_SIZE)
     sites: int = Field(4, ge=2)  # X-ray, natural split: site folders, each with its own look
 
 
@@ -40,7 +41,7 @@ class FedHealth2Protocol(Strict):
     # this process only); "natural": one client per PAMAP2 subject or per X-ray site folder,
     # each holding its own data (also across sites on Flower)
     split: Literal["dirichlet", "natural"] = "dirichlet"
-    clients: int = Field(20, ge=2)  # dirichlet
+    clients: int = Field(20, ge=2, le=MAX_CLIENTS)  # dirichlet
     dirichlet_alpha: float = Field(0.1, gt=0)  # [code] non_iid_alpha
     # natural: the clients (PAMAP2 subject ids, X-ray site folder names); empty: every one under data.root
     subjects: list[int | str] = Field(default_factory=list)
@@ -51,7 +52,7 @@ class FedHealth2Protocol(Strict):
     pretrain: Literal["pooled", "federated"] = "pooled"
     window: int = Field(200, ge=8)  # PAMAP2: 2 s at 100 Hz (the HAR CNN's flatten size implies T = 200)
     step: int = Field(100, ge=1)  # PAMAP2 window stride
-    image_size: int = Field(64, ge=63)  # X-ray input side (AlexNet needs >= 63)
+    image_size: int = Field(64, ge=63, le=MAX_IMAGE_SIZE)  # X-ray input side (AlexNet needs >= 63)
 
 
 class FedHealth2Train(Train):

@@ -88,7 +88,8 @@ class FedHealth2Study(Study):
 
     def preflight_expectations(self) -> Expectations:
         """Training and test examples at every site, labelled with the classes the model predicts."""
-        return Expectations(splits=("train", "test"), labels=fh2data.class_names(self.config), label_kind="class")
+        return Expectations(splits=("train", "test"), labels=fh2data.class_names(self.config), label_kind="class",
+                            one_label=True)
 
     def check_deployable(self, name: str) -> None:
         p = self.config.protocol

@@ -42,7 +42,8 @@ from typing import Any
 
 from fedcare.errors import InputError
 from fedcare.evaluation.statistics import (
-    Unit, as_float, as_unit, first_appearance, nanmean, nanstd, rank_sums, rank_units, sort_units, weighted_mean_sd,
+    Unit, as_float, as_fraction, as_unit, first_appearance, nanmean, nanstd, rank_sums, rank_units, sort_units,
+    weighted_mean_sd,
 )
 
 METRICS = ("acc", "pr_auc", "f1", "precision", "recall", "roc_auc")
@@ -102,7 +103,7 @@ def _to_test_record(r: Mapping[str, Any] | ClientTestRecord, index: int, source:
     return ClientTestRecord(
         method=str(r["method"]), seed=as_unit(r["seed"]), session=as_unit(r["session"]), client=as_unit(r["client"]),
         n=as_float(r["n"]), positives=as_float(r["positives"]),
-        values={m: as_float(r.get(m)) for m in METRICS},
+        values={m: as_fraction(r.get(m), f"{source}: test record {index}: {m}") for m in METRICS},
         counts={k: as_float(r.get(k)) for k in COUNTS},
     )
 

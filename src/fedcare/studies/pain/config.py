@@ -10,6 +10,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from fedcare.config import Aggregation, DataSource, Experiment, LocalEpochs, Rounds, Strict, Train
+from fedcare.data.common import MAX_IMAGE_SIZE, MAX_SCALE
 from fedcare.data.unbc.groups import THESIS_GROUP1, THESIS_GROUP2
 
 METHOD_PATTERN = re.compile(r"^(RANDOM|BC|BF|(C|F|FP|FL|FBN)\((N|C|F)\))$")
@@ -20,8 +21,8 @@ class SyntheticPainData(Strict):
 
     seed: int = 0
     subjects: list[int] | None = None
-    frame_scale: float = Field(0.05, gt=0)
-    image_size: int = Field(64, ge=16)
+    frame_scale: float = Field(0.05, gt=0, le=MAX_SCALE)
+    image_size: int = Field(64, ge=16, le=MAX_IMAGE_SIZE)
     min_frames_per_sequence: int = Field(8, ge=1)
 
 

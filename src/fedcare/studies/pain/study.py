@@ -85,7 +85,8 @@ class PainStudy(Study):
     def preflight_expectations(self) -> Expectations:
         """Frames at every site, labelled pain or no pain; a subject never in pain is noted (it
         has no balanced training set: it is tested, never trained)."""
-        return Expectations(splits=("sessions",), labels=("no pain", "pain"), wanted={"sessions": ("pain",)})
+        return Expectations(splits=("sessions",), labels=("no pain", "pain"), wanted={"sessions": ("pain",)},
+                            one_label=True)
 
     def check_deployable(self, name: str) -> None:
         audit = self.config.privacy.audit if self.config.privacy is not None else None

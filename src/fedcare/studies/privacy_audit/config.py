@@ -7,7 +7,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fedcare.config import Aggregation, BatchSize, Experiment, LearningRate, LocalEpochs, Rounds, Strict, Train
+from fedcare.config import (
+    MAX_CLIENTS, Aggregation, BatchSize, Experiment, LearningRate, LocalEpochs, NoiseMultiplier, Rounds, Strict, TargetEpsilon, Train,
+)
 
 AUDIT_METHODS = ("FedAvg", "PFDL", "FedBN", "local")
 
@@ -16,7 +18,7 @@ class AuditData(Strict):
     """The membership audit's clients: small noisy synthetic images drawn in memory from the
     run seed (an overfitting regime, where membership leaks most)."""
 
-    clients: int = Field(6, ge=2)
+    clients: int = Field(6, ge=2, le=MAX_CLIENTS)
     train: int = Field(48, ge=2)  # training examples per client: the members
     test: int = Field(48, ge=2)  # held-out examples per client: the non-members
     image_size: int = Field(12, ge=2)
@@ -25,7 +27,7 @@ class AuditData(Strict):
 class AuditProtocol(Strict):
     # DP-SGD's noise multipliers, each audited after the plain run (FedBN runs plain only: under
     # DP-SGD its BatchNorm becomes a private GroupNorm, another model than the plain FedBN's)
-    noise_multipliers: list[float] = Field(default_factory=lambda: [0.6, 1.5])
+    noise_multipliers: list[NoiseMultiplier] = Field(default_factory=lambda: [0.6, 1.5])
     max_grad_norm: float = Field(1.0, gt=0)  # DP-SGD's C
     delta: float = Field(1e-5, gt=0, lt=1)  # the delta epsilon is reported at
     # LiRA's shadow federations per case (offline LiRA, fedcare.privacy.lira); 0: the loss attack only
@@ -33,10 +35,10 @@ class AuditProtocol(Strict):
     # a budgeted DP-SGD level, audited after the noise levels: each client's noise calibrated so
     # that the planned fit epochs (rounds x local epochs) spend this epsilon at `delta`; a client
     # stops before a step would cross it (PFDL's fine-tuning, not planned for, ends early)
-    target_epsilon: float | None = Field(None, gt=0)
+    target_epsilon: TargetEpsilon | None = None
     # the one-run audit of client-level DP ([privacy.audit] canary_clients): FedAvg under DP-FedAvg
     # without noise (clipping only) and at each of these noise multipliers, clipped to this norm
-    client_dp_noise_multipliers: list[float] = Field(default_factory=lambda: [1.0, 3.0])
+    client_dp_noise_multipliers: list[NoiseMultiplier] = Field(default_factory=lambda: [1.0, 3.0])
     client_dp_clipping_norm: float = Field(1.0, gt=0)
     # the one-run audits, as [privacy.audit] in the other studies (0: none): gradient canaries per
     # client in one run of each DP-SGD case (none and each noise multiplier); canary clients in one
@@ -77,7 +79,7 @@ class InversionOptions(Strict):
     tv: float = Field(1e-2, ge=0)  # weight of the total-variation prior
     batch: int = Field(2, ge=1)  # frames in the attacked batch
     image_size: int = Field(32, ge=16)  # the pain demo's frames
-    sigma: float = Field(1.0, ge=0)  # the DP-SGD case's noise multiplier
+    sigma: NoiseMultiplier = 1.0  # the DP-SGD case's noise multiplier
     max_grad_norm: float = Field(1.0, gt=0)  # the DP-SGD case's C
 
 
