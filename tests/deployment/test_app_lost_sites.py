@@ -39,9 +39,9 @@ def _grid(world, pain_cohort) -> SitesGrid:
 
 
 def _run_config(world, pain_cohort, out, **deployment) -> dict:
+    """F(N) over sessions 1 and 2 (two rounds), every site of support/pain_sites.py listed."""
     root, _ = world
     cfg = config(pain_cohort, ["F(N)"], connect_timeout=1, **deployment)
-    cfg = cfg.model_copy(update={"protocol": cfg.protocol.model_copy(update={"last_session": 1})})
     keys = {s: (root / "keys" / f"{s}.pub").read_text() for s in (*SITES, "stranger")}
     return {"experiment": to_toml(cfg), "experiment-name": "lost.toml", "out": str(out), "site-keys": json.dumps(keys)}
 
@@ -74,4 +74,6 @@ def test_a_run_without_two_listed_sites_goes_on_and_is_not_complete(world, pain_
     assert "Site 'site-92' was missing at the start: not running (no node answered the greeting as this site)." in notes
     assert any(n.startswith("Node 666 was refused: sent a malformed greeting answer: not JSON") for n in notes), notes
     assert {r["client"] for r in records(out, "client_eval")} == {43}  # the numbers are site-43's alone
+    rounds = records(out, "participation")
+    assert rounds and all(r["answered"] == ["site-43"] and r["late"] == r["missing"] == [] for r in rounds)
     assert "INCOMPLETE FEDERATION: site(s) site-80, site-92" in (out / "report.html").read_text()

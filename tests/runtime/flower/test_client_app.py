@@ -50,9 +50,12 @@ def _failing_site(error):
 
 def test_a_site_that_cannot_take_part_answers_with_its_error_signed_with_its_key(tmp_path):
     make_site_key(tmp_path, "site-80")
-    app = _failing_site(DataError("/data/UNBC: subject 80 not found"))
-    answer = _greeted(app, {"site": "site-80", "auth-key": str(tmp_path / "keys" / "site-80")})
-    assert answer["site"] == "site-80" and answer["error"] == "/data/UNBC: subject 80 not found"
+    app = _failing_site(DataError(f"{tmp_path}/data: subject 80 not found: no {tmp_path}/data/Images/080-* folder"))
+    node_config = {"site": "site-80", "auth-key": str(tmp_path / "keys" / "site-80"), "data-dir": str(tmp_path / "data")}
+    answer = _greeted(app, node_config)
+    # in the site's own words, its folders named by their option: where its data live is the site's business
+    assert answer["site"] == "site-80"
+    assert answer["error"] == "<data-dir>: subject 80 not found: no <data-dir>/Images/080-* folder"
     public = (tmp_path / "keys" / "site-80.pub").read_text()
     assert claim_problem(public, answer["signature"], "c" * 64, "site-80", None, answer["error"]) is None
     # the signature is of this failure: it proves no claim to a client, nor another error

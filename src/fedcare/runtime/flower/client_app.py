@@ -108,7 +108,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         except UserError as e:  # this site cannot take part (its data, its settings): it says so, as itself
             if SITE_KEY not in context.node_config:
                 raise  # a simulated node has no name of its own to fail under
-            answer = {"site": str(context.node_config[SITE_KEY]), "error": str(e)[:MAX_ERROR]}
+            answer = {"site": str(context.node_config[SITE_KEY]), "error": _own_words(str(e), context)[:MAX_ERROR]}
         key_file = context.node_config.get(AUTH_KEY_KEY)
         if key_file and "challenge" in greeting:  # prove to the coordinator that this node is the site
             try:
@@ -158,6 +158,16 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
                        reply_to=msg)
 
     return app
+
+
+def _own_words(error: str, context: Context) -> str:
+    """A site's error as it leaves the site: its folders named by their option, not their paths
+    (where a site keeps its data is the site's business)."""
+    for key in (DATA_DIR_KEY, STATE_DIR_KEY, AUTH_KEY_KEY):
+        folder = context.node_config.get(key)
+        if folder:
+            error = error.replace(str(Path(str(folder)).resolve()), f"<{key}>").replace(str(folder), f"<{key}>")
+    return error
 
 
 def _min_count(context: Context) -> int:
