@@ -16,7 +16,7 @@ import pytest
 
 from fedcare.config import to_toml
 
-from support.deployment import TESTS, Deployment
+from support.deployment import TESTS, Deployment, wait_for
 from support.pain_sites import SITES, another_site_s_data, config
 
 pytestmark = pytest.mark.deploy  # real SuperLink and SuperNodes
@@ -31,14 +31,17 @@ def deployment(tmp_path_factory, pain_cohort):
         d.start_site("site-43", pain_cohort)
         d.start_site("site-80", another_site_s_data(pain_cohort, d.root / "subject-43", 43))
         d.start_site("stranger", pain_cohort, "--preload", "support.stranger_clientapp", path=(TESTS,))
+        for name in ("site-43", "site-80", "stranger"):  # warm: each answers its greeting at once
+            wait_for(lambda: "fedcare ClientApp launcher: imported" in d.log(name), 300, f"{name} never started")
         yield d
     finally:
         d.close()
 
 
 def _start(d: Deployment, pain_cohort, name: str, *extra: str) -> tuple[subprocess.Popen, object]:
-    """`fedcare flower run` of F(N) over sessions 1 and 2 (two rounds), in the background."""
-    cfg = config(pain_cohort, ["F(N)"], min_sites=1, connect_timeout=60)
+    """`fedcare flower run` of F(N) over sessions 1 and 2 (one round), in the background."""
+    cfg = config(pain_cohort, ["F(N)"], min_sites=1, connect_timeout=30)  # site-92 is waited for that long
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"rounds": 1})})
     path = d.root / f"{name}.toml"
     path.write_text(to_toml(cfg))
     out = d.root / "runs" / name
