@@ -14,7 +14,7 @@ from fedcare.runtime.flower.link import MAX_ANSWER, LinkSettings, SiteLink
 from fedcare.runtime.flower.runtime import FlowerRuntime
 from fedcare.runtime.preflight import Expectations, check_sites
 
-from support.flower_grid import SitesGrid, site, stranger
+from support.flower_grid import SitesGrid, never, site, stranger
 from support.flower_offline import task_identity
 
 SITES = {"site-43": 43, "site-80": 80}
@@ -61,9 +61,13 @@ GARBAGE = {
 @pytest.mark.parametrize("answer", GARBAGE.values(), ids=GARBAGE.keys())
 def test_a_stranger_answering_garbage_is_refused_and_the_sites_run(keys, answer):
     with task_identity():
-        link = link_for(SitesGrid({**sites(keys), 666: stranger(answer)}), keys)
+        grid = SitesGrid({**sites(keys), 666: stranger(answer)})
+        link = link_for(grid, keys)
         link.connect()
+        assert sorted(link.exchange({43: [], 80: []}, {"operation": "fit", "round": 1})) == [43, 80]
     assert link.node_of == {43: 101, 80: 102}
+    # greeted once, never again, never sent an operation
+    assert [m.metadata.message_type for m in grid.pushed if m.metadata.dst_node_id == 666] == ["query"]
     [refused] = link.refused
     assert (refused["node"], refused["site"]) == (666, "?")
     assert refused["reason"].startswith("sent a malformed greeting answer: ")
@@ -136,3 +140,16 @@ def test_without_site_keys_a_simulated_node_may_answer_under_its_client_id():
         link.connect([43])
     assert link.node_of == {43: 1} and link.site_of == {43: "43"}
     assert [r["node"] for r in link.refused] == [2, 3]
+
+
+@pytest.mark.timeout(60)
+def test_a_node_that_never_answers_its_greeting_holds_up_no_start(keys):
+    """connect_timeout is 10 minutes: once every listed site has answered, the start goes on;
+    the silent node is not greeted again while it stays connected."""
+    with task_identity():
+        grid = SitesGrid({**sites(keys), 666: never})
+        link = link_for(grid, keys, connect_timeout=600)
+        link.connect()
+        link.greet_new_nodes()
+    assert link.node_of == {43: 101, 80: 102} and link.refused == []
+    assert [m.metadata.dst_node_id for m in grid.pushed].count(666) == 1

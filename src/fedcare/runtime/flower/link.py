@@ -134,9 +134,11 @@ class SiteLink:
         return Message(content, dst_node_id=node, message_type=message_type, ttl=self.settings.round_timeout)
 
     # -- who is who --------------------------------------------------------------------
-    def greet_new_nodes(self) -> None:
+    def greet_new_nodes(self, expected: list[ClientId] | None = None) -> None:
         """Greet the connected nodes that are no site's yet: new SuperNodes, and sites that
-        came back (a restarted SuperNode may keep its node id: it is tied to its key)."""
+        came back (a restarted SuperNode may keep its node id: it is tied to its key). With
+        `expected` (the start), stop waiting once each of those clients' sites has joined or
+        failed: a node that never answers (a stranger's) holds nothing up."""
         listed = set(self.grid.get_node_ids())
         self._silent &= listed  # a node that left may come back under its id: greet it then
         new = sorted(listed - set(self.node_of.values()) - self._silent - {r["node"] for r in self.refused})
@@ -146,51 +148,56 @@ class SiteLink:
         content = RecordDict({HELLO: ConfigRecord({**self.hello, "challenge": challenge})})
         messages = [self._message(content, n, MessageType.QUERY) for n in new]
         first = not self._greeted
-        replies = self._collect(messages, self.settings.connect_timeout if first else self.settings.round_timeout)
+        done = None if expected is None else (lambda: all(c in self.node_of or c in self.out for c in expected))
+        replies = self._collect(messages, self.settings.connect_timeout if first else self.settings.round_timeout,
+                                take=lambda node, reply: self._take_greeting(node, reply, challenge), done=done)
         self._greeted.update(new)
         self._silent |= {n for n in new if n not in replies}  # not asked again while it stays listed
-        for node, reply in sorted(replies.items()):
-            if reply.has_error():
-                if reply.error.code in UNAVAILABLE:
-                    continue
-                reason = f"answered the greeting with an error: {_short(reply.error.reason)}"
-                if self.site_keys is None:  # every node is taken at its word: a failing one stops the run
-                    raise FlowerRunError(f"a site refused the experiment: {_short(reply.error.reason)}")
-                self._refuse(node, "?", None, reason)  # an unproven node must not be able to stop the run
-                continue
-            answer, problem = read_answer(reply)
-            if answer is None:
-                self._refuse(node, "?", None, problem)
-                continue
-            site = answer["site"]
-            problem = self._proof_problem(answer, challenge)
-            if problem is not None:
-                self._refuse(node, site, answer.get("client"), problem)
-                continue
-            # from here on the node is the site it says it is
-            if "error" in answer:  # the site cannot take part: its own words
-                if self.sites is None:  # no list of sites to record it against
-                    raise FlowerRunError(f"site {site!r} refused the experiment: {_short(answer['error'])}")
-                self._silent.add(node)  # greeted again once its SuperNode restarts
-                cid = self._names[site]
-                self.out[cid] = f"its greeting failed: {_short(answer['error'])}"
-                continue
-            problem = self._client_problem(site, answer["client"])
-            if problem is not None:
-                self._refuse(node, site, answer["client"], problem)
-                self.out[self._names[site]] = f"refused: {problem}"
-                continue
-            cid = answer["client"]
-            if cid in self.node_of and self.node_of[cid] != node and self.site_of[cid] != site:
-                raise FlowerRunError(f"sites {self.site_of[cid]!r} and {site!r} both claim client {cid!r}")
-            self.node_of[cid], self.site_of[cid] = node, site
-            self.out.pop(cid, None)
-            self.summaries[cid] = answer["summary"]
-            self.synthetic[cid] = answer["synthetic"]
-            self.preflight[cid] = answer.get("preflight")
-            if isinstance(answer.get("compute"), dict):
-                self.compute[cid] = answer["compute"]
-            self.joins[cid] = self.joins.get(cid, 0) + 1
+
+    def _take_greeting(self, node: int, reply: Message, challenge: str) -> None:
+        """One node's answer to its greeting: it joins as its site, or the site's failure is
+        recorded, or the node is refused."""
+        if reply.has_error():
+            if reply.error.code in UNAVAILABLE:
+                return
+            reason = f"answered the greeting with an error: {_short(reply.error.reason)}"
+            if self.site_keys is None:  # every node is taken at its word: a failing one stops the run
+                raise FlowerRunError(f"a site refused the experiment: {_short(reply.error.reason)}")
+            self._refuse(node, "?", None, reason)  # an unproven node must not be able to stop the run
+            return
+        answer, problem = read_answer(reply)
+        if answer is None:
+            self._refuse(node, "?", None, problem)
+            return
+        site = answer["site"]
+        problem = self._proof_problem(answer, challenge)
+        if problem is not None:
+            self._refuse(node, site, answer.get("client"), problem)
+            return
+        # from here on the node is the site it says it is
+        if "error" in answer:  # the site cannot take part: its own words
+            if self.sites is None:  # no list of sites to record it against
+                raise FlowerRunError(f"site {site!r} refused the experiment: {_short(answer['error'])}")
+            self._silent.add(node)  # greeted again once its SuperNode restarts
+            cid = self._names[site]
+            self.out[cid] = f"its greeting failed: {_short(answer['error'])}"
+            return
+        problem = self._client_problem(site, answer["client"])
+        if problem is not None:
+            self._refuse(node, site, answer["client"], problem)
+            self.out[self._names[site]] = f"refused: {problem}"
+            return
+        cid = answer["client"]
+        if cid in self.node_of and self.node_of[cid] != node and self.site_of[cid] != site:
+            raise FlowerRunError(f"sites {self.site_of[cid]!r} and {site!r} both claim client {cid!r}")
+        self.node_of[cid], self.site_of[cid] = node, site
+        self.out.pop(cid, None)
+        self.summaries[cid] = answer["summary"]
+        self.synthetic[cid] = answer["synthetic"]
+        self.preflight[cid] = answer.get("preflight")
+        if isinstance(answer.get("compute"), dict):
+            self.compute[cid] = answer["compute"]
+        self.joins[cid] = self.joins.get(cid, 0) + 1
 
     def _proof_problem(self, answer: Mapping[str, Any], challenge: str) -> str | None:
         """Why a node is not the listed site it names (None: it is, or sites are taken at their word)."""
@@ -223,7 +230,7 @@ class SiteLink:
         expected = list(self._listed_name) if expected is None else list(expected)
         deadline = time.monotonic() + self.settings.connect_timeout
         while True:
-            self.greet_new_nodes()
+            self.greet_new_nodes(expected)
             missing = [c for c in expected if c not in self.node_of]
             if not missing:
                 return
@@ -259,16 +266,24 @@ class SiteLink:
         return self.site_of.get(cid) or self._listed_name.get(cid, str(cid))
 
     # -- exchanges ---------------------------------------------------------------------
-    def _collect(self, messages: list[Message], timeout: float, late: set[int] | None = None) -> dict[int, Message]:
+    def _collect(self, messages: list[Message], timeout: float, late: set[int] | None = None,
+                 take: Callable[[int, Message], None] | None = None,
+                 done: Callable[[], bool] | None = None) -> dict[int, Message]:
         """Push the messages, poll for replies until each has one or `timeout` passes; keyed
         by node id (a node gets at most one message per exchange). With `late` (a set to fill),
-        the nodes that have not answered by `timeout` are put in it and waited for (late sites: "wait")."""
+        the nodes that have not answered by `timeout` are put in it and waited for (late sites: "wait").
+        `take` is handed each reply as it comes; polling stops early once `done()` holds."""
         ids = dict(zip(self.grid.push_messages(messages), (m.metadata.dst_node_id for m in messages)))
         replies: dict[int, Message] = {}
         deadline = time.monotonic() + timeout
         while ids and (late is not None or time.monotonic() < deadline):
             for reply in self.grid.pull_messages(list(ids)):
-                replies[ids.pop(reply.metadata.reply_to_message_id)] = reply
+                node = ids.pop(reply.metadata.reply_to_message_id)
+                replies[node] = reply
+                if take is not None:
+                    take(node, reply)
+            if done is not None and done():
+                break
             if late is not None and not late and time.monotonic() >= deadline:
                 late.update(ids.values())
             if ids:
