@@ -4,6 +4,8 @@ signed with its key, and a bug keeps its traceback."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
@@ -11,7 +13,7 @@ from fedcare.data.common import DataError
 from fedcare.runtime.flower.certs import make_site_key
 from fedcare.runtime.flower.client_app import build_client_app, client_id_from
 from fedcare.runtime.flower.identity import claim_problem
-from fedcare.runtime.flower.link import HELLO, read_answer
+from fedcare.runtime.flower.link import HELLO
 from fedcare.runtime.sites import SiteError
 
 from support.flower_grid import client_app_node
@@ -39,7 +41,7 @@ def _greeted(app, node_config, challenge="c" * 64):
                            dst_node_id=7, message_type=MessageType.QUERY)
         greeting.metadata.__dict__["_message_id"] = "m1"
         reply = client_app_node(app, 7, node_config)(greeting)
-    return reply if reply.has_error() else read_answer(reply)[0]
+    return reply if reply.has_error() else json.loads(reply.content.config_records[HELLO]["json"])
 
 
 def _failing_site(error):

@@ -10,7 +10,7 @@ import pytest
 from flwr.app import RecordDict
 
 from fedcare.runtime.flower.certs import make_site_key
-from fedcare.runtime.flower.link import MAX_ANSWER, LinkSettings, SiteLink
+from fedcare.runtime.flower.link import LinkSettings, SiteLink
 from fedcare.runtime.flower.runtime import FlowerRuntime
 from fedcare.runtime.preflight import Expectations, check_sites
 
@@ -54,7 +54,7 @@ GARBAGE = {
     "a signature that is a number": json.dumps({**VALID, "signature": 7}),
     "an error that is a number": json.dumps({"site": "site-43", "error": 7}),
     "nesting deeper than Python's stack": "[" * 100_000,
-    "longer than the limit": json.dumps({**VALID, "summary": {"x": "y" * MAX_ANSWER}}),
+    "longer than 1 MiB": json.dumps({**VALID, "summary": {"x": "y" * (1 << 20)}}),
 }
 
 
