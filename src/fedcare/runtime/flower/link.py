@@ -366,8 +366,9 @@ def _during(what: Mapping[str, Any]) -> str:
 
 
 def _short(text: object) -> str:
-    """A node's or site's own words, as a record keeps them: one line, at most MAX_REASON characters."""
-    words = " ".join(str(text).split())
+    """A node's or site's own words, as a record keeps them: one line, at most MAX_REASON
+    characters, no closing full stop (a record's reasons are joined into sentences)."""
+    words = " ".join(str(text).split()).rstrip(".")
     return words if len(words) <= MAX_REASON else words[:MAX_REASON] + "..."
 
 
