@@ -1,4 +1,4 @@
-"""The `fedcare` command line: demo, run, report and data commands."""
+"""The `fedcare` command line: demo, run, resume, report, status, export and data commands."""
 
 from __future__ import annotations
 
@@ -206,6 +206,144 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory made by
     except OSError as e:
         _fail(_os_error(e))
     _print_summary(run_dir)
+
+
+@app.command()
+def lineage(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (finished or not) with its lineage.jsonl.")],
+    verify: Annotated[bool, typer.Option(help="Check the records' hash chain and seal, each model's descent, and "
+                                              "re-hash every saved model; exit 2 naming the first record or file "
+                                              "that does not hold.")] = False,
+) -> None:
+    """Print the lineage of a run's models: every aggregate (unit, method, round, parent and digest, the clients in
+    it and those dropped, epsilon), then the saved model files."""
+    from rich.table import Table
+
+    from fedcare.runfiles import read_lineage
+    from fedcare.runtime.lineage_verify import verify_lineage
+
+    if not (run_dir / "lineage.jsonl").is_file():
+        _fail(f"{run_dir}: no lineage.jsonl (not a run directory, or a run made before fedcare kept a lineage)")
+    try:
+        checked = verify_lineage(run_dir) if verify else None
+        records = checked.records if checked else read_lineage(run_dir)
+    except UserError as e:
+        _user_error(e)
+    except ValueError as e:  # a line that is not JSON, unchecked
+        _fail(f"{run_dir / 'lineage.jsonl'}: {e} (fedcare lineage --verify names the record)")
+    out = Console(soft_wrap=True)
+    table = Table("#", "unit", "method", "phase", "round", "parent", "digest", "clients (examples)", "dropped",
+                  "epsilon", box=None, pad_edge=False, title="aggregates")
+    for r in (r for r in records if r.get("type") == "aggregate"):
+        method = (r.get("label") or {}).get("method") or r.get("algorithm")
+        clients = ", ".join(f"{c} ({v['examples']})" if "examples" in v else c for c, v in r["clients"].items())
+        if "secure_aggregation" in r:
+            clients += f"; secure sum of {r['secure_aggregation']['examples']} examples"
+        spent = [e for per_client in r.get("epsilon", {}).values() for e in per_client.values() if e is not None]
+        table.add_row(str(r["seq"]), escape("/".join(map(str, r.get("unit") or []))), escape(str(method)),
+                      escape(str(r["phase"])), str(r["round"]), r["parent"][:12], r["digest"][:12], escape(clients),
+                      escape("; ".join(f"{c}: {why}" for c, why in r["dropped"].items())),
+                      f"{max(spent):.3g}" if spent else "")
+    out.print(table)
+    saved = {r["file"]: r for r in records if r.get("type") == "model"}  # the last record naming each file
+    models = Table("file", "digest", "sha256", "unit", box=None, pad_edge=False, title="saved models")
+    for file, r in saved.items():
+        models.add_row(escape(file), r["digest"][:12], r["sha256"][:12], escape("/".join(map(str, r.get("unit") or []))))
+    out.print(models)
+    for key, what in (("code_sha256", "fedcare code"), ("fedcare", "fedcare version"), ("config_sha256", "config")):
+        values = sorted({str(r[key]) for r in records if key in r})
+        if values:
+            out.print(f"{what}: {escape(', '.join(values))}", highlight=False)
+    if checked is not None:
+        seal = "sealed by run.json" if checked.sealed else "not sealed yet (the run has not finished)"
+        out.print(f"verified: {len(records)} records, {len(checked.models)} model files; {seal}", highlight=False)
+
+
+@app.command()
+def status(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory: <out>, or <out>.partial while it runs or after it "
+                                                 "stopped.")],
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh until the run ends (Ctrl-C stops the watching, "
+                                                        "not the run).")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between refreshes with "
+                                                                      "--watch.")] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as one JSON object (with --watch: one a "
+                                                         "line, each refresh).")] = False,
+) -> None:
+    """Where a run stands, in process or across sites: status, unit k of n, the current round, the clients or sites
+    that took part, were late or missing, epsilon per client so far, elapsed time and ETA. Read-only: it never
+    writes to the run or takes its lock, so it is safe while the run writes."""
+    import json
+    import time
+
+    from fedcare.studies.status import StatusReader, render
+
+    try:
+        reader = StatusReader(run_dir)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    out = Console(soft_wrap=True)
+
+    def show(state: dict) -> None:
+        if as_json:
+            print(json.dumps(state), flush=True)
+
+    state = reader.read()  # "process": a live process still holds the run (it writes its report after "finished")
+    if not watch:
+        print(json.dumps(state, indent=2)) if as_json else out.print(render(state))
+        return
+    try:
+        if as_json:
+            show(state)
+            while state["status"] == "running" or state["process"]:  # until its process lets go (the report)
+                time.sleep(interval)
+                state = reader.read()
+                show(state)
+            return
+        from rich.live import Live
+
+        with Live(render(state), console=out, auto_refresh=False) as live:
+            while state["status"] == "running" or state["process"]:  # until its process lets go (the report)
+                time.sleep(interval)
+                state = reader.read()
+                live.update(render(state), refresh=True)
+    except KeyboardInterrupt:  # the watching stops; the run goes on
+        return
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run directory, or a stopped run's <out>.partial (its "
+                                                 "records up to the last finished unit).")],
+    mlflow: Annotated[str, typer.Option("--mlflow", help="MLflow tracking URI: sqlite:///path/mlflow.db, a folder, "
+                                                         "or http(s)://host:port.")],
+    experiment: Annotated[Optional[str], typer.Option(help="The MLflow experiment (default fedcare-<study>).")] = None,
+) -> None:
+    """Log a run to MLflow after the fact: its config as params, every record's numbers as metrics, its tags, and
+    report, tables and records as artifacts. The MLflow run its run.json names for that store is continued (a
+    run that tracked live, or an earlier export), else a new one is made."""
+    from fedcare.config import tracking_uri_problem
+
+    from fedcare.studies.status import find_run
+
+    problem = tracking_uri_problem(mlflow)
+    if problem:
+        _fail(f"--mlflow {problem}")
+    try:
+        run_dir = find_run(run_dir)  # <out>, or <out>.partial when the run stopped
+    except FileNotFoundError as e:
+        _fail(str(e))
+    if not (run_dir / "metrics.jsonl").is_file():
+        _fail(f"{run_dir}: not a run directory (no metrics.jsonl)")
+    from fedcare.studies.tracking import export_run
+
+    try:
+        run_id = export_run(run_dir, mlflow, experiment)
+    except UserError as e:
+        _user_error(e)
+    except OSError as e:
+        _fail(_os_error(e))
+    console.print(f"exported {escape(str(run_dir))} to MLflow run {run_id} at {escape(mlflow)}", highlight=False)
 
 
 @app.command()

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import IO
+
+from fedcare.errors import InputError
 
 _UMASK: int | None = None
 
@@ -50,6 +53,33 @@ def atomic_write_bytes(path: Path, data: bytes, *, private: bool = False) -> Pat
 
 def atomic_write_text(path: Path, text: str, *, private: bool = False) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"), private=private)
+
+
+class AppendedFile:
+    """A file written only by appending lines (a run's records, its lineage): `truncate_to`
+    (bytes) first drops what follows (what an unfinished unit wrote, before a resume); `sync`
+    makes everything written durable and returns the file's size (a checkpoint's offset)."""
+
+    def __init__(self, path: Path, truncate_to: int | None = None, *, private: bool = False):
+        self.path = Path(path)
+        if truncate_to is not None and self.path.exists():
+            size = self.path.stat().st_size
+            if size < truncate_to:
+                raise InputError(f"{self.path}: {size} bytes, but its checkpoint needs {truncate_to}: the file was "
+                                 "cut short; this run cannot be resumed")
+            os.truncate(self.path, truncate_to)  # drop what an unfinished unit wrote
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        self._handle: IO[str] = os.fdopen(os.open(self.path, flags, 0o600 if private else 0o666), "a",
+                                          encoding="utf-8")
+
+    def sync(self) -> int:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        return self.path.stat().st_size
+
+    def close(self) -> None:
+        self._handle.close()
 
 
 def process_alive(pid: int) -> bool:

@@ -2,11 +2,15 @@
 authentication, three SuperNodes (one per site), `fedcare flower run` as the researcher. PFDL's
 per-site metrics must equal the in-process simulator's bit for bit, and FedAvg's until a site is
 killed mid-run; that site is reported and the run completes; an unregistered site is refused, and
-so is a registered node that claims another site's name. (Both methods run to the end on Flower's
+so is a registered node that claims another site's name. Each site's own record of the models
+it trained on and sent agrees with the coordinator's lineage, and a SuperNode whose operator
+approved an app one byte away from the one sent refuses it, and is refused in run.json. (Both methods run to the end on Flower's
 Simulation Engine: test_cli_simulation_engine.py; each deployed run costs minutes of Flower's
 polling.)"""
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +19,14 @@ import pytest
 import torch
 
 from fedcare.config import to_toml
+from fedcare.deployment.cli import app_dir
+from fedcare.runfiles import read_lineage
+from fedcare.runtime.flower.approval import app_digest
 from fedcare.runtime.flower.certs import make_certificates
 from fedcare.studies.pain.config import PainExperiment
 
 from support.deployment import Deployment, wait_for
+from support.lineage import check_lineage
 from support.pain_sites import SITES, config, records
 
 pytestmark = pytest.mark.deploy  # real SuperLink and SuperNodes
@@ -31,7 +39,7 @@ def deployment(tmp_path_factory, pain_cohort):
     key; a site that trusts another CA, with site-43's registered key, so that only the
     certificate is wrong) are started first, so that their refusals overlap the set-up and
     the runs; their tests wait for them to end."""
-    d = Deployment(tmp_path_factory.mktemp("deploy"), [*SITES, "intruder", "impostor"])
+    d = Deployment(tmp_path_factory.mktemp("deploy"), [*SITES, "intruder", "impostor", "unapproved"])
     try:
         # a CA the SuperLink's certificate is not from (in process: `fedcare flower certs` made d.certs)
         make_certificates(d.root / "other-ca", ["127.0.0.1", "localhost"])
@@ -39,13 +47,25 @@ def deployment(tmp_path_factory, pain_cohort):
         d.start_site("intruder", pain_cohort)
         d.start_site("site-43", pain_cohort, name="wrong-ca", root_certificates=d.root / "other-ca" / "ca.crt")
         # Flower registers any key it is given: "impostor" is let in, and claims to be site-43
-        d.register(*SITES, "impostor")
+        d.register(*SITES, "impostor", "unapproved")
         for site in SITES:
             d.start_site(site, pain_cohort)
         d.start_site("site-43", pain_cohort, name="impostor", auth_key=d.certs / "keys" / "impostor")
+        # a site whose operator approved fedcare's app with one byte changed: the app it is sent is not that one
+        d.start_site("unapproved", pain_cohort, "--approved-apps", str(_approved_one_byte_off(d.root)))
         yield d
     finally:
         d.close()
+
+
+def _approved_one_byte_off(root: Path) -> Path:
+    """An allow-list naming fedcare's app with one byte of its pyproject.toml changed."""
+    app = shutil.copytree(app_dir(), root / "approved-app")
+    toml = app / "pyproject.toml"
+    toml.write_text(toml.read_text().replace('version = "0.1.0"', 'version = "0.1.1"', 1))
+    allow = root / "approved-apps.txt"
+    allow.write_text(f"{app_digest(app)}  fedcare's app, one byte changed\n")
+    return allow
 
 
 def _run(d: Deployment, cfg: PainExperiment, name: str, timeout: float = 900):
@@ -65,9 +85,27 @@ def test_pfdl_across_three_sites_equals_the_simulator(deployment, pain_cohort, p
     assert len(expected) > 5 and records(out, "client_eval", "round") == expected
     info = json.loads((out / "run.json").read_text())
     assert info["sites"] == SITES and info["missed"] == []
-    # the impostor node (a registered key, not site-43's) was refused: site-43 kept its node
-    assert [(r["site"], r["reason"]) for r in info["refused"]] == [
-        ("site-43", "its signature does not match site-43.pub (it does not hold the site's key)")]
+    # the impostor node (a registered key, not site-43's) was refused: site-43 kept its node; and the node
+    # that runs only an app one byte away from the one sent refused it, before any of it ran
+    refused = sorted((r["site"], r["reason"]) for r in info["refused"])
+    assert refused[1] == ("site-43", "its signature does not match site-43.pub (it does not hold the site's key)")
+    assert refused[0][0] == "?" and "answered the greeting with an error" in refused[0][1]
+    assert f"this site runs only approved apps: the app it was sent (sha256 {app_digest(app_dir())})" in refused[0][1]
+    assert "fedcare: refused an app: this site runs only approved apps" in deployment.log("unapproved")
+    # the lineage of every aggregate holds, and each site's own record of what it trained on agrees with it
+    check_lineage(out)
+    trained = {}
+    for site in SITES:  # a site whose subject has no training session in the protocol trains on nothing
+        compared = deployment.fedcare(["flower", "site-record", str(deployment.root / "state" / site),
+                                       "--lineage", str(out)])
+        assert compared.returncode == 0, compared.stdout + compared.stderr
+        sent = re.search(r"client \d+: (\d+) updates sent; (\d+) in the lineage's aggregates as sent", compared.stdout)
+        assert sent and sent.group(1) == sent.group(2), compared.stdout
+        trained[site] = int(sent.group(1))
+        assert "the fedcare code the site ran: the coordinator's (same digest)" in compared.stdout or not trained[site]
+        assert "the site's record and the coordinator's lineage agree" in compared.stdout
+    in_lineage = {c for r in read_lineage(out) if r["type"] == "aggregate" for c in r["clients"]}
+    assert {s for s, n in trained.items() if n} == {s for s, c in SITES.items() if str(c) in in_lineage} != set()
     assert "A node claiming site &#x27;site-43&#x27; was refused" in (out / "report.html").read_text()
     # every SuperNode runs on this machine, with the experiment's one thread: they compute alike
     assert {s: (f["threads"], f["cpu_kernels"]) for s, f in info["site_compute"].items()} == {

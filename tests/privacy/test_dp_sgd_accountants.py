@@ -18,13 +18,11 @@ import warnings
 
 import pytest
 import torch
+from dp_accounting import dp_event, pld, rdp  # a dependency of fedcare: never skipped
+from opacus.accountants import RDPAccountant
 
-dp_accounting = pytest.importorskip("dp_accounting")
-from dp_accounting import dp_event, pld, rdp  # noqa: E402
-from opacus.accountants import RDPAccountant  # noqa: E402
-
-from fedcare.privacy.client_dp import Ledger  # noqa: E402
-from fedcare.privacy.dp_sgd import epsilon  # noqa: E402
+from fedcare.privacy.client_dp import Ledger
+from fedcare.privacy.dp_sgd import epsilon
 
 RDP_GRID = list(itertools.product([0.01, 0.05, 0.3], [0.8, 2.0], [100, 1000], [1e-5, 1e-6]))
 # PRV: Opacus's PRV accountant takes seconds at large epsilon (q = 0.3, sigma 0.8: 9 s); left out

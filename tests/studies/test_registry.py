@@ -13,9 +13,12 @@ from typer.testing import CliRunner
 from fedcare.cli import app
 from fedcare.config import ConfigError
 from fedcare.studies.load import load_config
+from fedcare.runfiles import read_lineage
+from fedcare.runtime.digest import package_digest
 from fedcare.studies import registry
 
 from support import records
+from support.lineage import check_lineage, site_comparisons
 from support.toy import CLIENTS, toy_both_ways, write_experiment
 
 
@@ -45,6 +48,13 @@ def test_a_registered_study_on_flowers_simulation_engine_equals_the_simulator(to
     got, expected = toy_both_ways(tmp_path)
     assert len(expected) == 2 * 3 * (CLIENTS + 1) and got == expected  # every loss and TAR, bit for bit
     assert json.loads((tmp_path / "flower" / "run.json").read_text())["sites"] == {"0": 0, "1": 1, "2": 2}
+    # the same models, so the same lineage; and each site's own record of them agrees with it
+    check_lineage(tmp_path / "flower")
+    assert {r["study_code_sha256"] for r in read_lineage(tmp_path / "flower")} == {package_digest(toy / "fedcare_toy")}
+    assert [r["digest"] for r in read_lineage(tmp_path / "flower")] == [r["digest"] for r in read_lineage(tmp_path / "local")]
+    sites = site_comparisons(tmp_path / "state", tmp_path / "flower")
+    assert sorted(sites) == ["0", "1", "2"]
+    assert all(s.agrees and s.fits == len(s.used) == 6 and len(s.models) == 2 for s in sites.values())
 
 
 def test_an_unknown_study_is_an_error_naming_the_registered_ones(tmp_path):

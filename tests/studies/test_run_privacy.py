@@ -15,6 +15,7 @@ from fedcare.studies.load import load_config
 from fedcare.studies.run import run_study
 
 from support import records
+from support.lineage import check_lineage, site_comparisons
 from support.toy import toy_both_ways, write_experiment
 
 
@@ -118,3 +119,9 @@ def test_secure_aggregation_on_flowers_simulation_engine_equals_the_simulator(to
     assert [r["train_loss"] for r in secure] == pytest.approx([r["train_loss"] for r in fedavg], abs=1e-6)
     assert [r["train_loss"] for r in secure] != [r["train_loss"] for r in fedavg]  # fixed point: the protocol ran
     assert "received only the weighted sum" in (tmp_path / "flower" / "report.html").read_text()
+    # the lineage lists who is in each sum, not their updates; each site's record agrees, its updates hidden
+    fedavg_sums = [r for r in check_lineage(tmp_path / "flower").records
+                   if r["type"] == "aggregate" and r["algorithm"] == "fedavg"]
+    assert len(fedavg_sums) == 3 and all(r["clients"] == {"0": {}, "1": {}, "2": {}} for r in fedavg_sums)
+    sites = site_comparisons(tmp_path / "state", tmp_path / "flower")
+    assert all(s.agrees and len(s.hidden) == 6 and not s.used for s in sites.values()) and len(sites) == 3

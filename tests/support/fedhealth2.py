@@ -17,3 +17,14 @@ def small_config(dataset: str = "pamap2", **protocol) -> FedHealth2Experiment:
         "train": {"rounds": 3, "pretrain_rounds": 1, "hidden": 16},
         "options": {"ffedap_warmup_rounds": 2}, "runtime": {"threads": 2},
     })
+
+
+def tiny_config(**extra) -> FedHealth2Experiment:
+    """FedAvg for three rounds on three synthetic PAMAP2 clients, every client evaluated each round
+    (a run of a few seconds); `extra`: more top-level tables (e.g. tracking={...})."""
+    return FedHealth2Experiment.model_validate({
+        "study": "fedhealth2", "seeds": [1], "methods": ["fedavg"],
+        "data": {"dataset": "pamap2", "synthetic": {"subjects": 3, "seconds_per_activity": 4.0}},
+        "protocol": {"clients": 3, "dirichlet_alpha": 1.0}, "train": {"rounds": 3, "pretrain_rounds": 1, "hidden": 8},
+        "runtime": {"threads": 1}, **extra,
+    })

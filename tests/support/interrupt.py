@@ -1,4 +1,4 @@
-"""Ctrl-C in the middle of a run, at a chosen federation round."""
+"""Ctrl-C in the middle of a run: at a chosen federation round, or at the n-th call of any method."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ from collections.abc import Callable
 import pytest
 
 
-def interrupted_at_round(monkeypatch, n: int, start: Callable[[], object]) -> KeyboardInterrupt:
-    """Run `start()` with Ctrl-C arriving as the n-th federation round begins (every round of
-    every study goes through `Federation.run_round`); the interrupt, its patch undone."""
-    from fedcare.runtime.federation import Federation
-
-    real, calls = Federation.run_round, []
+def interrupted_at_call(monkeypatch, owner: type, method: str, n: int, start: Callable[[], object]) -> KeyboardInterrupt:
+    """Run `start()` with Ctrl-C arriving as `owner.method` is called the n-th time; the
+    interrupt, its patch undone."""
+    real, calls = getattr(owner, method), []
 
     def stop(self, *args, **kwargs):
         calls.append(1)
@@ -20,8 +18,16 @@ def interrupted_at_round(monkeypatch, n: int, start: Callable[[], object]) -> Ke
             raise KeyboardInterrupt
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Federation, "run_round", stop)
+    monkeypatch.setattr(owner, method, stop)
     with pytest.raises(KeyboardInterrupt) as stopped:
         start()
     monkeypatch.undo()
     return stopped.value
+
+
+def interrupted_at_round(monkeypatch, n: int, start: Callable[[], object]) -> KeyboardInterrupt:
+    """Run `start()` with Ctrl-C arriving as the n-th federation round begins (every round of
+    every study goes through `Federation.run_round`); the interrupt, its patch undone."""
+    from fedcare.runtime.federation import Federation
+
+    return interrupted_at_call(monkeypatch, Federation, "run_round", n, start)

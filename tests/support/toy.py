@@ -27,13 +27,14 @@ def write_experiment(path: Path, **data) -> Path:
 
 def toy_both_ways(tmp_path: Path, extra: str = "") -> tuple[list[dict], list[dict]]:
     """The toy experiment (`extra`: TOML appended to it) on generated data in
-    tmp_path/data, run on Flower's Simulation Engine into tmp_path/flower and in the
-    simulator into tmp_path/local; their client_eval and round records (Flower's, the simulator's)."""
+    tmp_path/data, run on Flower's Simulation Engine into tmp_path/flower (the sites' state
+    folders in tmp_path/state) and in the simulator into tmp_path/local; their client_eval and
+    round records (Flower's, the simulator's)."""
     from fedcare_toy.data import generate
 
     path = write_experiment(tmp_path / "toy.toml", root=generate(tmp_path / "data", CLIENTS, 4, 12))
     path.write_text(path.read_text() + extra)
     config = load_config(path)
     local = run_study(config, tmp_path / "local")
-    run_experiment_on_flower(config, tmp_path / "flower", CLIENTS, "toy.toml")
+    run_experiment_on_flower(config, tmp_path / "flower", CLIENTS, "toy.toml", state_dir=tmp_path / "state")
     return records(tmp_path / "flower", "client_eval", "round"), records(local, "client_eval", "round")

@@ -14,6 +14,7 @@ from fedcare.config.deployment import Deployment
 from fedcare.config.privacy import Privacy
 from fedcare.config.robustness import Robustness
 from fedcare.config.runtime import Runtime
+from fedcare.config.tracking import Tracking
 log = logging.getLogger("fedcare.config")
 
 
@@ -29,6 +30,7 @@ class Experiment(Strict):
     deployment: Deployment = Deployment()
     privacy: Privacy | None = None  # no [privacy] table: no protection beyond keeping data at the clients
     robustness: Robustness | None = None  # no [robustness] table: the weighted mean, no simulated attackers
+    tracking: Tracking | None = None  # no [tracking] table: the run directory is the run's only record
     # a study whose protocol runs [privacy.audit]'s membership audit sets this (pain, surgical, face);
     # others refuse its membership keys (the one-run audits apply to every study)
     offers_membership_audit: ClassVar[bool] = False

@@ -199,10 +199,17 @@ def supernode(
                                                        "(default: the experiment's \\[runtime] device).")] = None,
     preflight_min_count: Annotated[int, typer.Option(help="In this site's data summary (preflight), counts below "
                                                           "this are sent as '<N'.")] = 5,
+    approved_apps: Annotated[Optional[Path], typer.Option(help="Run only the apps this site's operator approved: a "
+                                                               "file of app digests (`fedcare flower app-digest`); "
+                                                               "any other app is refused (needs --warm).")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print Flower's command instead of running it.")] = False,
 ) -> None:
     """Site: start a Flower SuperNode for this site."""
     _check_site_names([site])
+    if approved_apps is not None:
+        if not warm:
+            _fail("--approved-apps: the warm launcher checks each app before Flower loads it; it cannot with --no-warm")
+        _check_approved(approved_apps)
     if not 1 <= port <= 65535:
         _fail(f"--port {port}: not a port (1 to 65535)")
     if not data_dir.is_dir():
@@ -254,6 +261,8 @@ def supernode(
                 "--parent-pid", str(os.getpid())]
     for module in preload:
         launcher += ["--preload", module]
+    if approved_apps is not None:
+        launcher += ["--approved-apps", str(approved_apps.resolve())]
     if dry_run:
         print(" ".join(_quote(c) for c in launcher) + " &")
     else:
@@ -270,6 +279,8 @@ def clientapps(
                                                     "ClientApp of `fedcare flower run`).")] = [],
     parent_pid: Annotated[Optional[int], typer.Option(help="Exit when this process (the SuperNode) ends.")] = None,
     poll_interval: Annotated[float, typer.Option(help="Seconds between two looks for a new message (Flower's SuperExec: 1 s).")] = 0.1,
+    approved_apps: Annotated[Optional[Path], typer.Option(help="Run only the apps whose digests this file lists "
+                                                               "(`fedcare flower app-digest`); refuse any other.")] = None,
 ) -> None:
     """Site: answer a SuperNode's messages from one warm process (started by `fedcare flower
     supernode`; run it yourself only next to a `flower-supernode --isolation process`)."""
@@ -277,7 +288,117 @@ def clientapps(
 
     if not 0.01 <= poll_interval <= 60:
         _fail("--poll-interval: between 0.01 and 60 seconds")
-    serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval)
+    if approved_apps is not None:
+        _check_approved(approved_apps)
+    serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval, approved_apps=approved_apps)
+
+
+def _check_approved(path: Path) -> None:
+    """A site's allow-list of app digests is readable and lists at least one."""
+    from fedcare.runtime.flower.approval import ApprovalError, read_approved
+
+    try:
+        read_approved(path)
+    except ApprovalError as e:
+        _fail(f"--approved-apps {e}")
+
+
+@flower_app.command("app-digest")
+def app_digest_command(
+    approve: Annotated[Optional[Path], typer.Option(help="Site: also add the digest to this allow-list file (made if "
+                                                         "missing), for `fedcare flower supernode --approved-apps`.")] = None,
+) -> None:
+    """Print the digest of the app `fedcare flower run` sends the sites (SHA-256 of its Flower App Bundle, built from
+    this machine's fedcare): the coordinator publishes it; a site computes it from its own install and approves it."""
+    from fedcare import __version__
+    from fedcare.runtime.flower.approval import ApprovalError, app_digest, approve_line, read_approved
+
+    with tempfile.TemporaryDirectory(prefix="fedcare-app-") as tmp:  # as `flwr run` sees it: a copy of the folder
+        app = Path(tmp) / "app"
+        shutil.copytree(app_dir(), app)
+        digest = app_digest(app)
+    print(digest)
+    if approve is None:
+        return
+    if approve.exists():
+        try:
+            if digest in read_approved(approve):
+                console.print(f"{approve}: approves it already")
+                return
+        except ApprovalError as e:
+            if "approves no app" not in str(e):  # an empty file is fine to add to; a malformed one is not
+                _fail(f"--approve {e}")
+    try:
+        with approve.open("a", encoding="utf-8") as f:
+            f.write(approve_line(digest, f"fedcare {__version__} app"))
+    except OSError as e:
+        _fail(f"--approve {approve}: {e.strerror or e}")
+    console.print(f"{approve}: approved it (give the SuperNode --approved-apps {approve})")
+
+
+@flower_app.command("site-record")
+def site_record(
+    state_dir: Annotated[Path, typer.Argument(help="The site's --state-dir (its record is run-<key>/client-<id>.record.jsonl).")],
+    lineage: Annotated[Optional[Path], typer.Option(help="The coordinator's run directory (at least its lineage.jsonl and "
+                                                         "run.json): compare the site's record with its lineage.")] = None,
+    run: Annotated[Optional[str], typer.Option(help="The run's key (run.json's flower_run); default: the --lineage "
+                                                    "run's, else every run in STATE_DIR.")] = None,
+) -> None:
+    """Site: print the site's own record of the models it received and the updates it sent (checking its hash
+    chain); with --lineage, say which of the coordinator's models its data touched and whether anything disagrees."""
+    from rich.table import Table
+
+    from fedcare.errors import UserError
+    from fedcare.runtime.flower.site_record import RECORD_SUFFIX, client_of, compare
+    from fedcare.runtime.hashchain import check_chain
+    from fedcare.runtime.lineage_verify import verify_lineage
+    from fedcare.studies.rundir import read_run_info
+
+    if lineage is not None and run is None:
+        run = str(read_run_info(lineage)[0].get("flower_run") or "")
+        if not run:
+            _fail(f"--lineage {lineage}: run.json names no flower_run (not a run across sites?)")
+    if run is not None and not re.fullmatch(r"[0-9a-f]{8,64}", run):
+        _fail(f"--run {run!r}: not a run key (hex digits)")
+    files = sorted(state_dir.glob(f"run-{run or '*'}/*{RECORD_SUFFIX}"))
+    if not files:
+        _fail(f"{state_dir}: no site record{f' of run {run}' if run else ''} (a site keeps one in its --state-dir)")
+    out = Console(soft_wrap=True)
+    try:
+        lineage_records = verify_lineage(lineage, models=(lineage / "models").is_dir()).records if lineage else None
+        for path in files:
+            entries = check_chain(path)
+            table = Table("#", "kind", "algorithm", "phase", "round", "received", "sent", "examples", box=None,
+                          pad_edge=False, title=f"{path} (its hash chain holds)")
+            for e in entries:
+                table.add_row(str(e["seq"]), e["type"], escape(str(e["algorithm"])), escape(str(e["phase"])),
+                              str(e["round"]), e["received"][:12], e.get("sent", "")[:12], str(e.get("examples", "")))
+            out.print(table)
+            if lineage_records is not None:
+                _print_comparison(out, compare(entries, lineage_records, client_of(path)))
+    except UserError as e:
+        _fail(str(e))
+
+
+def _print_comparison(out: Console, c) -> None:
+    """What a site's record and the coordinator's lineage say together; exit 2 when they disagree."""
+    out.print(f"client {escape(c.client)}: {c.fits} updates sent; {len(c.used)} in the lineage's aggregates as sent, "
+              f"{len(c.hidden)} in a secure sum (not visible to the coordinator), {len(c.left_out)} left out",
+              highlight=False)
+    for entry, why in c.left_out:
+        out.print(f"  left out: {escape(entry['phase'])} round {entry['round']}: {escape(why)}", highlight=False)
+    out.print(f"its data are in {len(c.aggregates)} aggregates; the saved models they lead to: "
+              + (escape(", ".join(m["file"] for m in c.models)) or "none"), highlight=False)
+    if c.site_code and c.coordinator_code:
+        same = c.site_code == c.coordinator_code
+        out.print("the fedcare code the site ran: " + ("the coordinator's (same digest)" if same else
+                  f"{', '.join(sorted(c.site_code))[:64]}, the coordinator's {', '.join(sorted(c.coordinator_code))[:64]}"),
+                  highlight=False)
+    if not c.agrees:
+        for problem in c.problems:
+            out.print(f"  [bold red]disagrees:[/] {escape(problem)}", highlight=False)
+        _fail(f"the site's record and the coordinator's lineage disagree ({len(c.problems)} problems)")
+    out.print("the site's record and the coordinator's lineage agree", highlight=False)
 
 
 def _resumable(resume: Path) -> tuple[Path, Path, Path]:

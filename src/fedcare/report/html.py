@@ -114,6 +114,9 @@ def facts_table(
     rows.append(("Data", "synthetic" if synthetic is True else "real" if synthetic is False else "not stated"))
     if isinstance(run_info.get("compute"), Mapping):  # what the numbers depend on besides the config
         rows.append(("Compute", describe_compute(run_info["compute"])))
+    tracked = run_info.get("mlflow")
+    if isinstance(tracked, Mapping) and tracked.get("run_id"):  # [tracking]: where MLflow has the run
+        rows.append(("MLflow run", f"{tracked['run_id']} at {tracked.get('uri', '?')}"))
     for key, value in run_info.items():
         if key in NOT_FACTS or key in known:
             continue

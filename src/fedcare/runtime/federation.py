@@ -14,6 +14,8 @@ from torch import nn
 from fedcare.algorithms.base import DP_EPSILON, DP_SKIPPED, NUM_EXAMPLES, PRIVACY_METRICS, TRAIN_LOSS, Algorithm, ClientId
 from fedcare.algorithms.messages import ClientState, Message
 from fedcare.runtime.clients import Clients, Data, LocalClients
+from fedcare.runtime.digest import message_digest
+from fedcare.runtime.lineage import Aggregation, Chain
 from fedcare.seeding import numpy_rng
 
 POOLED = "pooled"
@@ -50,6 +52,7 @@ class Federation:
         # statistics of the updates the server sees (e.g. the surgical thesis's CosSim, GradDiff)
         self.observers: list[Callable[[Message, Mapping[ClientId, Message], Message], None]] = []
         self.clients: Clients = clients if clients is not None else LocalClients(model, algorithm.client, seed)
+        self.lineage: Chain | None = None  # the run's lineage of this federation's aggregates (`Lineage.follow`)
 
     # -- in-process inspection (tests): what a client holds ------------------------------
     @property
@@ -108,6 +111,7 @@ class Federation:
             if all(m.scalars.get(NUM_EXAMPLES) == 0 for m in replies.values()):  # every client out of DP budget
                 replies = {}
         previous = self.global_message
+        parent = message_digest(previous) if self.lineage is not None else ""  # before: a server may update in place
         self.global_message = self.server.aggregate(self.global_message, replies)
         for observe in self.observers:
             observe(previous, replies, self.global_message)
@@ -136,6 +140,10 @@ class Federation:
         for key, value in self.global_message.scalars.items():
             if key.startswith("client_dp_"):  # client-level DP: epsilon so far, the clipping norm
                 info[key] = value
+        if self.lineage is not None:
+            self.lineage.aggregated(Aggregation(phase, rnd, previous, parent, {c: m for c, (m, _) in work.items()},
+                                                replies, answered, secure is not None, sorted(skipped), over_budget,
+                                                info))
         return info
 
     @property

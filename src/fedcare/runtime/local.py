@@ -16,11 +16,14 @@ from fedcare.algorithms.base import Algorithm, ClientId
 from fedcare.algorithms.training import ClientData
 from fedcare.runtime.clients import LocalClients
 from fedcare.runtime.federation import Federation
+from fedcare.runtime.lineage import Lineage
 from fedcare.runtime.refs import DataRef
 from fedcare.runtime.sites import Site
 
 
 class LocalRuntime:
+    lineage: Lineage | None = None  # set by the run sequence: every federation's aggregates are recorded
+
     def __init__(self, sites: Mapping[ClientId, Site], algorithm: Callable[[str], Algorithm], *, synthetic: bool,
                  local_data: Any = None, notes: Sequence[str] = ()):
         self.sites = dict(sites)
@@ -35,10 +38,13 @@ class LocalRuntime:
     def federation(self, model: nn.Module, algorithm: str, seed: int, client_fraction: float = 1.0,
                    label: Mapping[str, Any] | None = None) -> Federation:
         """A federation of `algorithm` (the study's name for it) from `model`'s weights;
-        `label` names it in the records of a Flower run (unused here)."""
+        `label` names it in the lineage (and in the records of a Flower run)."""
         algo = self.algorithm(algorithm)
         clients = LocalClients(model, algo.client, seed, resolve=lambda c, ref: self.sites[c].data(ref))
-        return Federation(model, algo, seed, client_fraction=client_fraction, clients=clients)
+        federation = Federation(model, algo, seed, client_fraction=client_fraction, clients=clients)
+        if self.lineage is not None:
+            self.lineage.follow(federation, algorithm, label)
+        return federation
 
     def pool(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
         """The clients' data that `refs` name, in one (sorted client order): pooled steps only."""

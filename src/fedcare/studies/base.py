@@ -36,6 +36,7 @@ from fedcare.device import Compute, DeviceUnavailable
 from fedcare.progress import UNITS
 from fedcare.runtime.clients import Data
 from fedcare.runtime.federation import Federation
+from fedcare.runtime.lineage import Lineage
 from fedcare.runtime.local import LocalRuntime
 from fedcare.runtime.preflight import Expectations
 from fedcare.runtime.refs import DataRef
@@ -55,6 +56,7 @@ class StudyRuntime(Protocol):
     synthetic: bool
     local_data: Any  # the study's in-process data for pooled steps; None at sites
     sites: Mapping[ClientId, Site] | None  # every client's site, in this process; None across sites
+    lineage: Lineage | None  # set by the run sequence: the runtime has it follow every federation it builds
 
     def summaries(self) -> Mapping[ClientId, dict]: ...
 

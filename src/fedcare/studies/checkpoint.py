@@ -6,9 +6,12 @@ after each, with the state it needs to continue from there (the running federati
 pretrained starts). A commit syncs metrics.jsonl, then atomically replaces `checkpoint.pt`
 with: the finished units, that state, and the size of metrics.jsonl at that point.
 
+The run's lineage (`fedcare.runtime.lineage`) is committed with the unit, before the
+checkpoint: its records and models, and lineage.jsonl's size in the checkpoint.
+
 `fedcare resume DIR` reruns the protocol: it skips finished units (`finished`), takes its
-state back (`state`), truncates metrics.jsonl to the committed size (dropping what an
-unfinished unit wrote), and goes on. Every random draw is derived from (seed, phase, client,
+state back (`state`), truncates metrics.jsonl and lineage.jsonl to the committed sizes
+(dropping what an unfinished unit wrote), and goes on. Every random draw is derived from (seed, phase, client,
 round, purpose) and the state is saved bit for bit, so the records end byte-identical to an
 uninterrupted run's.
 """
@@ -28,6 +31,7 @@ import torch
 from fedcare.device import to_host
 from fedcare.errors import InputError
 from fedcare.files import atomic_write_bytes
+from fedcare.runtime.lineage import Lineage
 from fedcare.studies.rundir import RESUME_STATE_FILE, RecordsWriter
 
 CHECKPOINT_FILE = RESUME_STATE_FILE
@@ -88,9 +92,10 @@ class Checkpoint:
     `fedcare.studies.run_record.RunRecord.unit_finished`)."""
 
     def __init__(self, run_dir: Path, records: RecordsWriter, saved: dict | None,
-                 on_commit: Callable[[tuple, int, int], None]):
+                 on_commit: Callable[[tuple, int, int], None], lineage: Lineage | None = None):
         self.run_dir = Path(run_dir)
         self.records = records
+        self.lineage = lineage
         self.on_commit = on_commit
         saved = saved or {}
         self.finished_units: list[tuple] = [unit_key(k) for k in saved.get("units", [])]
@@ -146,8 +151,9 @@ class Checkpoint:
             else:
                 new_state[name] = to_host(value() if callable(value) else value)  # device-free
         offset = self.records.sync()
+        lineage_offset = self.lineage.commit(unit_key(key)) if self.lineage is not None else None
         buffer = io.BytesIO()
-        torch.save({"units": units, "state": new_state, "offset": offset}, buffer)
+        torch.save({"units": units, "state": new_state, "offset": offset, "lineage_offset": lineage_offset}, buffer)
         atomic_write_bytes(self.run_dir / CHECKPOINT_FILE, buffer.getvalue(), private=True)
         self.finished_units, self._state = units, new_state
         self._done.add(unit_key(key))

@@ -14,6 +14,7 @@ was) carries a note saying what was kept and how to continue (`stop_note`);
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 from fedcare.config import ConfigError, Experiment
 from fedcare.errors import InputError
 from fedcare.files import atomic_write_text
+from fedcare.runtime.digest import package_digest
+from fedcare.runtime.lineage import Lineage
 from fedcare.studies import registry
 from fedcare.studies.base import Records, Study, StudyRuntime
 from fedcare.studies.checkpoint import Checkpoint
@@ -81,7 +84,7 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
          runtime_factory: RuntimeFactory | None, saved: dict | None, recorded: Any = None) -> Path:
     study = registry.study_for(config, recorded)
     record = RunRecord(run, study, resumed=saved is not None)
-    records = checkpoint = None
+    records = checkpoint = lineage = None
     try:
         set_threads(config)
         study.compute.apply()  # an unavailable device stops the run here (a ConfigError naming runtime.device)
@@ -91,13 +94,15 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         record.update(study_source=_source(study, recorded))
         offset = saved.get("offset", 0) if record.resumed else None  # a resume drops what an unfinished unit wrote
         records = RecordsWriter(run.partial / METRICS_FILE, truncate_to=offset)
+        lineage = _lineage(run, study, saved)
         check_methods(study)  # before any data are read: every method builds, with its stack
         runtime = (study.local_runtime(run.partial, progress) if runtime_factory is None
                    else runtime_factory(study, records.write))
+        runtime.lineage = lineage  # every federation the runtime builds is recorded there
         _check_robustness(study, runtime)
         check_before_training(study, runtime)  # the methods again, the runtime's wiring, the model's outputs
         record.runtime_ready(runtime)
-        checkpoint = Checkpoint(run.partial, records, saved, on_commit=record.unit_finished)
+        checkpoint = Checkpoint(run.partial, records, saved, on_commit=record.unit_finished, lineage=lineage)
         protocol = study.protocol(runtime, records.write, progress, checkpoint)
         checkpoint.units_total = protocol.units_total
         record.planned(runtime, protocol)
@@ -107,14 +112,32 @@ def _run(run: RunDirectory, config: Experiment, *, config_file: str, progress: P
         records.sync()
         record.finish(runtime, protocol, seconds)
         build_report(run.partial)
-        record.log("finished")
+        record.reported()
         records.close()
+        lineage.close()
         return run.finish()
     except BaseException as e:
         if records is not None:
             records.close()
+        if lineage is not None:
+            lineage.close()
         e.add_note(_stopped(run, record, e, keep_partial, checkpoint))
         raise
+
+
+def _lineage(run: RunDirectory, study: Study, saved: dict | None) -> Lineage:
+    """The run's lineage (lineage.jsonl, models/); a resume cuts it back to the checkpoint (a
+    checkpoint written before fedcare kept a lineage: it starts at the resumed unit)."""
+    config = study.config
+    robustness = None
+    if config.robustness is not None:
+        attack = config.robustness.attack
+        robustness = {"rule": config.robustness.rule, "attackers": [str(c) for c in attack.clients] if attack else []}
+    top = type(study).__module__.partition(".")[0]
+    own = None if top == "fedcare" else getattr(sys.modules.get(top), "__file__", None)  # a study from another package
+    return Lineage(run.partial, config_sha256=config_digest(run.partial), robustness=robustness,
+                   study_code=package_digest(Path(own).parent) if own else None,
+                   truncate_to=(saved.get("lineage_offset") or 0) if saved is not None else None)
 
 
 def _source(study: Study, recorded: Any) -> dict:
@@ -160,6 +183,7 @@ def _stopped(run: RunDirectory, record: RunRecord, error: BaseException, keep_pa
         flower = read_run_info(run.partial)[0].get("runtime") == "flower"
         how = f"fedcare flower run --resume {run.partial} --federation NAME" if flower else f"fedcare resume {run.partial}"
         return f"kept {run.partial} ({what}); continue with: {how}"
+    record.discarded(interrupted)
     run.remove()
     return "nothing was finished; nothing kept"
 

@@ -10,8 +10,14 @@ far it got, and how it ended (status, the report's notes, the error). The run se
 - `runtime_ready`: the runtime's facts known from the start (a run across sites says so);
 - `planned`: the protocol's units, and whether the data are synthetic;
 - `unit_finished`: each finished unit (the checkpoint calls it once the unit is durable);
-- `finish`: the protocol's and the runtime's facts, the report's notes (`notes`), "finished";
-- `stopped`: a run that failed or was interrupted says why.
+- `finish`: the protocol's and the runtime's facts, the lineage's seal, the report's notes
+  (`notes`), "finished";
+- `reported`: the report is written; the run is over;
+- `stopped`: a run that failed or was interrupted says why (`discarded`: one that kept nothing).
+
+With `[tracking]`, each step tells the run's MLflow run too (`fedcare.studies.tracking`):
+`begin` opens it (a resume continues run.json's), every durable record is logged as its unit
+finishes, and `reported` logs the files and ends it.
 
 Something new a run must record is one call in the step it belongs to: a fact known at the
 start (a tracking run's id) in `begin` or `runtime_ready`, live progress in `unit_finished`,
@@ -25,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedcare import __version__
 from fedcare.compute import compute_facts, describe, same_arithmetic
@@ -33,6 +39,9 @@ from fedcare.config import to_toml
 from fedcare.files import atomic_write_text
 from fedcare.studies.base import Study, StudyProtocol, StudyRuntime
 from fedcare.studies.rundir import RunDirectory, log, now, read_run_info, read_run_records, update_run_info
+
+if TYPE_CHECKING:
+    from fedcare.studies.tracking import MlflowRun
 
 
 def config_digest(run_dir: Path) -> str:
@@ -53,6 +62,7 @@ class RunRecord:
         self.compute: dict = {}  # the arithmetic this process computes on (`begin`)
         self.compute_changes = list(self.before.get("compute_changes", []))
         self.version_changes = list(self.before.get("version_changes", []))
+        self.tracking: MlflowRun | None = None  # the MLflow run, with [tracking] (`begin`)
 
     def update(self, **facts: Any) -> None:
         update_run_info(self.dir, **facts)
@@ -80,6 +90,34 @@ class RunRecord:
             self._resumed_on()
         else:
             self.update(compute=self.compute)
+        self._open_tracking()
+
+    def _open_tracking(self) -> None:
+        """With [tracking]: the run's MLflow run (a resume continues the one run.json names);
+        without MLflow installed, a ConfigError before any data are read."""
+        settings = self.study.config.tracking
+        if settings is None:
+            return
+        from fedcare.studies.tracking import MlflowRun, continued  # MLflow: only for a run that tracks
+
+        self.tracking = MlflowRun.begin(self.dir, settings, self.study.name, resume=continued(self.before, settings))
+        if self.tracking is not None:
+            self.update(mlflow=self.tracking.state())
+            self.log(f"tracking: MLflow run {self.tracking.run_id} at {self.tracking.uri}")
+
+    def _tracked(self, tags: bool = False) -> dict:
+        """MLflow gets the records made durable since it last did (and the tags, as run.json says
+        now); returns run.json's `mlflow`, to write with the step's own facts."""
+        if self.tracking is None:
+            return {}
+        if tags:
+            self.tracking.tag()
+        self.tracking.log_records()
+        return {"mlflow": self.tracking.state()}
+
+    def _track(self, tags: bool = False) -> None:
+        if self.tracking is not None:
+            self.update(**self._tracked(tags))
 
     def _resumed_on(self) -> None:
         """A resume on other arithmetic, or under another fedcare version, than the run began
@@ -103,21 +141,33 @@ class RunRecord:
         self.update(**runtime.start_facts())
 
     def planned(self, runtime: StudyRuntime, protocol: StudyProtocol) -> None:
-        """Whether the data are synthetic, and the protocol's units (those a resume skips done)."""
-        self.update(synthetic=runtime.synthetic, progress=_progress(protocol.units_done, protocol.units_total))
+        """Whether the data are synthetic, and the protocol's units (those a resume skips done);
+        `pace`: when this process starts its units and how many were done then (the ETA of
+        `fedcare status`)."""
+        self.update(synthetic=runtime.synthetic, progress=_progress(protocol.units_done, protocol.units_total),
+                    pace={"since": now(), "units_done": protocol.units_done})
+        self._track(tags=True)  # a resume: what the earlier process made durable
 
     def unit_finished(self, key: tuple, done: int, total: int) -> None:
         """Unit `key` is finished and durable: `done` of `total`."""
-        self.update(progress=_progress(done, total))
+        self.update(progress=_progress(done, total), **self._tracked())
         self.log(f"finished {'/'.join(map(str, key))} ({done} of {total} units)")
 
     def finish(self, runtime: StudyRuntime, protocol: StudyProtocol, seconds: float) -> None:
         """The protocol ran to its end in `seconds`: its facts and the runtime's, the privacy audit's
-        verdict, the notes, "finished"."""
+        verdict, the lineage's seal, the notes, "finished"."""
         self._privacy_audit()
+        self._lineage(runtime)
         self.update(**protocol.facts(), finished=now(), training_seconds=round(seconds, 2),
                     notes=self.notes(runtime, protocol), status="finished",
                     progress=_progress(protocol.units_done, protocol.units_total), **runtime.facts())
+        self._track(tags=True)
+
+    def reported(self) -> None:
+        """The report is written: the run is over (with [tracking]: its files go to MLflow, whose run ends)."""
+        if self.tracking is not None:
+            self.tracking.finish("FINISHED")
+        self.log("finished")
 
     def _privacy_audit(self) -> None:
         """run.json's `privacy_audit` when the run had a one-run audit ([privacy.audit] canaries):
@@ -132,6 +182,14 @@ class RunRecord:
         if not verdict["sound"]:
             self.log("PRIVACY AUDIT CONTRADICTS THE ACCOUNTANT: " + "; ".join(verdict["unsound"]))
 
+    def _lineage(self, runtime: StudyRuntime) -> None:
+        """run.json's `lineage`: how many records lineage.jsonl ends with, the last one's hash (what
+        `fedcare lineage --verify` checks the file's end against) and how many models were saved."""
+        lineage = getattr(runtime, "lineage", None)
+        if lineage is not None:
+            lineage.flush()
+            self.update(lineage=lineage.seal())
+
     def stopped(self, why: str, interrupted: bool) -> None:
         """The run failed (or was interrupted) with `why`; a full disk leaves what is on it."""
         try:
@@ -139,6 +197,15 @@ class RunRecord:
             self.update(status="interrupted" if interrupted else "failed", error=why)
         except OSError:
             pass
+        self.discarded(interrupted)
+
+    def discarded(self, interrupted: bool) -> None:
+        """The run stopped (and its directory, holding nothing finished, may be removed): with
+        [tracking], its MLflow run ends KILLED (interrupted) or FAILED; its records are those of
+        the finished units, logged as each finished."""
+        if self.tracking is not None:
+            self.tracking.tag()
+            self.tracking.end("KILLED" if interrupted else "FAILED")
 
     # -- the report's notes ------------------------------------------------------------
     def notes(self, runtime: StudyRuntime, protocol: StudyProtocol) -> list[str]:

@@ -29,7 +29,7 @@ import torch
 
 from fedcare import __version__
 from fedcare.errors import InputError, UserError
-from fedcare.files import atomic_write_text
+from fedcare.files import AppendedFile, atomic_write_text
 from fedcare.progress import Report
 from fedcare.runfiles import (  # noqa: F401 (the file names and readers, imported from here by the studies)
     LOG_FILE,
@@ -231,33 +231,18 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-class RecordsWriter:
+class RecordsWriter(AppendedFile):
     """metrics.jsonl: one JSON object per line, flushed as written; `sync` makes everything
     written so far durable and returns the file's size (a checkpoint's offset)."""
 
     def __init__(self, path: Path, truncate_to: int | None = None):
-        self.path = Path(path)
-        if truncate_to is not None and self.path.exists():
-            size = self.path.stat().st_size
-            if size < truncate_to:
-                raise InputError(f"{self.path}: {size} bytes, but its checkpoint needs {truncate_to}: the records "
-                                 f"were cut short; this run cannot be resumed")
-            os.truncate(self.path, truncate_to)  # drop what an unfinished unit wrote
-        self._handle: IO[str] = self.path.open("a")
+        super().__init__(path, truncate_to)
         self.written = 0
 
     def write(self, record: dict) -> None:
         self._handle.write(json.dumps(_json_safe(record), allow_nan=False) + "\n")
         self._handle.flush()
         self.written += 1
-
-    def sync(self) -> int:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        return self.path.stat().st_size
-
-    def close(self) -> None:
-        self._handle.close()
 
 
 # -- run.json and run.log --------------------------------------------------------------------

@@ -20,6 +20,7 @@ from fedcare.studies.run import run_study
 
 from support import records
 from support.facerec import small_config
+from support.lineage import check_lineage
 
 
 def test_small_run_end_to_end_unseen_clients_never_train(celeba, tmp_path, monkeypatch):
@@ -53,6 +54,8 @@ def test_small_run_end_to_end_unseen_clients_never_train(celeba, tmp_path, monke
     assert "trained clients: global" in report and "unseen clients: tuned" in report and "hfmaml" in report
     info = json.loads((run / "run.json").read_text())
     assert info["unseen"] == [4] and info["training_clients"] == [1, 2, 3]
+    aggregates = [r for r in check_lineage(run).records if r["type"] == "aggregate"]
+    assert {c for r in aggregates for c in r["clients"]} == {"1", "2", "3"}  # the unseen client is in no model
 
 
 @pytest.mark.parametrize("break_it, pattern", [

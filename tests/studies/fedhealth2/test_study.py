@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from fedcare.cli import app
 from fedcare.studies.run import run_study
 
+from support.lineage import check_lineage
 from support.fedhealth2 import METHODS, small_config
 
 
@@ -34,6 +35,16 @@ def test_every_client_is_evaluated_every_round_for_every_method(pamap2_run):
     assert run["study"] == "fedhealth2" and run["synthetic"] is True
     assert "SYNTHETIC" in (pamap2_run / "report.html").read_text()
     assert (pamap2_run / "tables" / "per_client_accuracy.csv").is_file()
+
+
+def test_the_runs_lineage_holds_every_round_of_every_method(pamap2_run):
+    verified = check_lineage(pamap2_run)
+    aggregates = [r for r in verified.records if r["type"] == "aggregate"]
+    trained = {r["algorithm"] for r in aggregates}
+    assert set(METHODS) <= trained and "pretrain" in trained  # the pooled pretraining is a federation too
+    fedap = [r for r in aggregates if r["algorithm"] == "fedap"]
+    assert [r["round"] for r in fedap] == [1, 2, 3] and fedap[1]["parent"] == fedap[0]["digest"]
+    assert all(len(r["clients"]) == 4 for r in aggregates if r["algorithm"] in METHODS)
 
 
 def _by(records, method):

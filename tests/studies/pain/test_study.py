@@ -18,6 +18,7 @@ from fedcare.studies.run import run_study
 from fedcare.studies.rundir import RunDirectoryExists
 
 from support import ROOT
+from support.lineage import check_lineage
 from support.pain import SUBJECTS, small_config
 
 
@@ -80,6 +81,18 @@ def _nan(v) -> bool:
 def test_same_seed_gives_identical_metrics(small_run, tmp_path):
     again = run_study(small_config(), tmp_path / "again")
     assert records_of(again) == records_of(small_run)
+
+
+def test_the_runs_lineage_holds_every_round_and_saves_each_federations_model(small_run):
+    """Every aggregate of the pretraining and the sessions, each method's federation a chain of
+    its own, its final global model saved (`fedcare lineage --verify`)."""
+    verified = check_lineage(small_run)
+    aggregates = [r for r in verified.records if r["type"] == "aggregate"]
+    assert {r["label"]["method"] for r in aggregates} == {"pretrain C", "F(C)", "FP(C)", "FL(N)"}
+    assert {r["algorithm"] for r in aggregates} == {"centralized", "fedavg", "pfdl", "local"}
+    assert {c for r in aggregates if r["label"]["method"] == "F(C)" for c in r["clients"]} == {"43", "80", "92"}
+    assert {c for r in aggregates if r["label"]["method"] == "pretrain C" for c in r["clients"]} == {"pooled"}
+    assert sorted(Path(f).name.split("_seed")[0] for f in verified.models) == ["F-C", "FL-N", "FP-C", "pretrain-C"]
 
 
 def test_existing_run_directory_is_never_overwritten(small_run):

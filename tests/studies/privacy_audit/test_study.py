@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedcare.cli import app
+from fedcare.runtime.lineage_verify import verify_lineage
 
 from support import ROOT
 
@@ -68,6 +69,9 @@ def test_the_privacy_demo_is_a_study_run_with_its_results_on_stdout(demo):
     assert len(budget) == 3 and all(r["target_epsilon"] == 10 and 9.9 < r["epsilon"] <= 10 for r in budget)
     assert "| local (DP epsilon<=10) | DP-SGD | all 3 |" in result.stdout
     assert (out / "synthetic-data" / "inversion-subject-seed0").is_dir()  # the inversion's frames stay in the run
+    lineage = verify_lineage(out)  # every target, shadow and audit federation's aggregates and models
+    assert lineage.sealed and len(lineage.models) >= 7 + 2 * 4  # 7 trained cases, 2 shadows for each of 4 audits
+    assert {r["round"] for r in lineage.records if r["type"] == "aggregate"} == {1}
 
 
 def test_every_path_the_demo_cites_exists(demo):

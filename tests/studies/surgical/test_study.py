@@ -32,9 +32,10 @@ from fedcare.studies.surgical.config import (SurgicalData, SurgicalExperiment, S
                                              SurgicalTrain)
 from fedcare.studies.surgical.models import build_model
 
-from support import ROOT, records
+from support import ROOT, records, tree_hash
 from support.flower_inprocess import run_experiment_on_flower
 from support.interrupt import interrupted_at_round
+from support.lineage import check_lineage
 from support.surgical import ALL, CLIENTS, tiny
 
 
@@ -151,6 +152,15 @@ def test_every_method_and_client_is_scored_every_round_and_the_report_has_the_th
     assert info["clients"]["CHO2"]["train"] > info["clients"]["CHO1"]["train"]  # quantity skew, as the thesis
 
 
+def test_the_reference_runs_lineage_holds_every_round_and_each_models_own(reference):
+    verified = check_lineage(reference)
+    aggregates = [r for r in verified.records if r["type"] == "aggregate"]
+    lot = {r["label"].get("model") for r in aggregates if r["algorithm"] == "lot"}
+    assert lot == set(CLIENTS)  # LOT: each client's model trained alone, a federation of one
+    assert {c for r in aggregates if r["algorithm"] == "fedavg" for c in r["clients"]} == set(CLIENTS)
+    assert {r["rule"] for r in aggregates} == {None}  # no [robustness]: the algorithms' own aggregation
+
+
 def test_uniform_aggregation_differs_from_weighted(reference):
     final = {r["method"]: r for r in records(reference, "round") if r["round"] == 2 and r["method"].startswith("fedavg")}
     assert final["fedavg"]["train_loss"] != final["fedavg-uniform"]["train_loss"]
@@ -164,6 +174,10 @@ def test_an_interrupted_run_resumes_to_byte_identical_records(synth, cache, refe
     assert run_module.stop_note(stopped).startswith(f"kept {tmp_path / 'run.partial'} (11 of 14 units finished)")
     resume_study(tmp_path / "run.partial")
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == (whole / "metrics.jsonl").read_bytes()
+    # the lineage continues where the checkpoint left it: no record lost or repeated, the same models saved
+    assert (tmp_path / "run" / "lineage.jsonl").read_bytes() == (whole / "lineage.jsonl").read_bytes()
+    assert tree_hash(tmp_path / "run" / "models") == tree_hash(whole / "models")
+    check_lineage(tmp_path / "run")
     # the same methods in a longer list give the same records: every draw comes from the seed
     same = [r for r in records(reference, "client_eval") if r["method"] in ("lot", "feddg", "fedrep")]
     assert records(whole, "client_eval") == same

@@ -33,6 +33,7 @@ from fedcare.runtime.flower.identity import SiteKeyError, sign_claim
 from fedcare.runtime.flower.link import HELLO
 from fedcare.runtime.flower.records import OPS, decode_ops, encode_results, record_to_tensors, tensors_to_record
 from fedcare.runtime.flower.site import FactorySite, SiteError, SiteNode
+from fedcare.runtime.flower.site_record import SiteRecord, record_file
 from fedcare.runtime.preflight import DEFAULT_MIN_COUNT, site_summary
 from fedcare.runtime.refs import DataRefError, Split
 from fedcare.runtime.sites import Builder, Site
@@ -84,7 +85,8 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         """The site's client, resumed from `Context.state`, else (a restarted SuperNode) from its state file."""
         site, builder = opened
         state_file = _state_file(context, site)
-        node = SiteNode(site, builder, _kept_file(state_file))
+        record = SiteRecord(record_file(state_file), _site_name(context, site), site.client) if state_file else None
+        node = SiteNode(site, builder, _kept_file(state_file), record)
         if not node.restore_from(context.state):
             if state_file is not None:
                 node.load(state_file)

@@ -15,6 +15,7 @@ from fedcare.algorithms.training import ClientData
 from fedcare.compute import describe, same_arithmetic
 from fedcare.runtime.federation import Federation
 from fedcare.runtime.flower.link import FlowerClients, FlowerRunError, SiteLink, where
+from fedcare.runtime.lineage import Lineage
 from fedcare.runtime.preflight import Preflight
 from fedcare.runtime.refs import DataRef
 
@@ -22,6 +23,7 @@ from fedcare.runtime.refs import DataRef
 class FlowerRuntime:
     local_data = None  # the data stay at the sites: nothing can be pooled
     sites = None  # nor is any site here
+    lineage: Lineage | None = None  # set by the run sequence: every federation's aggregates are recorded
 
     def __init__(self, link: SiteLink, algorithm: Callable[[str], Algorithm], run_key: str = "",
                  preflight: Preflight | None = None):
@@ -44,7 +46,20 @@ class FlowerRuntime:
     def federation(self, model: nn.Module, algorithm: str, seed: int, client_fraction: float = 1.0,
                    label: Mapping[str, Any] | None = None) -> Federation:
         clients = FlowerClients(self.link, f"federation-{self._prefix}-{next(self._namespaces)}", algorithm, seed, model, label)
-        return Federation(model, self.algorithm(algorithm), seed, client_fraction=client_fraction, clients=clients)
+        federation = Federation(model, self.algorithm(algorithm), seed, client_fraction=client_fraction, clients=clients)
+        if self.lineage is not None:
+            self.lineage.follow(federation, algorithm, label, why_missing=self._why_missing)
+        return federation
+
+    def _why_missing(self, client: ClientId) -> str:
+        """Why a site asked to fit is not in a round's aggregate: its last fit's participation record."""
+        name = self.link.site_name(client)
+        last = next((r for r in reversed(self.link.participation) if r.get("operation") == "fit"), None)
+        if last is not None and name in last["late"]:
+            return f"late: no reply within round_timeout (late_sites = {last['policy']!r})"
+        if last is not None and name in last["missing"]:
+            return "missing: not connected, or gone (the SuperLink reported it unavailable)"
+        return "no reply (it left during secure aggregation's exchanges)"
 
     def pool(self, refs: Mapping[ClientId, DataRef]) -> ClientData:
         raise FlowerRunError("pooling the clients' data cannot happen across sites")

@@ -5,7 +5,8 @@ the site's own data, with the client's private state kept in `Context.state` and
 A site is a `fedcare.runtime.sites.Site` (its client id and its data by reference) with a
 `Builder` (the study's model and algorithms by name). `SiteNode` holds one federation's
 client state at a time (beginning the next federation drops the last: studies run their
-federations one after another).
+federations one after another). With a state folder it also keeps the site's own record of
+what it trained on and sent (`fedcare.runtime.flower.site_record`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from fedcare.algorithms.messages import ClientState
 from fedcare.algorithms.split import load_tensors
 from fedcare.algorithms.training import ClientData
 from fedcare.files import atomic_write_bytes
-from fedcare.runtime.clients import ClientRunner
+from fedcare.runtime.clients import AfterAggregation, ClientRunner, Fit
 from fedcare.runtime.refs import DataRef, Split
 from fedcare.runtime.sites import Builder, Site, SiteError
 from fedcare.runtime.flower.records import Begin, Mark, Resume, record_to_tensors, tensors_to_record
+from fedcare.runtime.flower.site_record import SiteRecord
 
 SITE_META = "fedcare-site"
 
@@ -69,8 +71,9 @@ class FactorySite:
 class SiteNode:
     """One site's client within the current federation, run operation by operation."""
 
-    def __init__(self, site: Site, builder: Builder, kept_file: Path | None = None):
+    def __init__(self, site: Site, builder: Builder, kept_file: Path | None = None, record: SiteRecord | None = None):
         self.site = site
+        self.record = record  # the site's own record of the models its data touched (None: no state folder)
         self.builder = builder
         self.model = builder.new_model()
         self.namespace: str | None = None
@@ -101,7 +104,10 @@ class SiteNode:
                 results.append(None)
                 continue
             data = self.site.data(op.data) if hasattr(op, "data") else None
-            results.append(self.runner.run(op, self.model, data))
+            result = self.runner.run(op, self.model, data)
+            if self.record is not None and isinstance(op, (Fit, AfterAggregation)):  # what trained on its data
+                self.record.note(namespace, self.algorithm_name, self.runner.seed, op, result)
+            results.append(result)
         if seq is not None:
             self.seq = seq
         return results

@@ -17,6 +17,10 @@ SuperExec does, then `run_clientapp`), the same token per execution, the same ap
 (a module already imported is taken from `sys.modules`, as Flower's `load_app` does).
 The Runtime API is the SuperNode's local port on 127.0.0.1 without TLS, as in Flower's own
 `subprocess` mode.
+
+With an allow-list of approved apps (`fedcare flower supernode --approved-apps FILE`), each
+child checks the app bundle (FAB) it pulls before Flower installs or loads anything of it, and
+refuses one whose digest is not listed (`fedcare.runtime.flower.approval`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
+from pathlib import Path
 
 DEFAULT_PRELOAD = ("fedcare.deployment.app",)  # the ClientApp of `fedcare flower run`
 WARM_MODULES = ("torch", "torch._dynamo", "flwr.supernode.runtime.run_clientapp")
@@ -54,13 +59,18 @@ def run_task(runtime_api_address: str, token: str, parent_pid: int | None = None
     return 0
 
 
-def _child(runtime_api_address: str, token: str, parent_pid: int) -> None:
-    """In the forked child: run the task, then leave without running the parent's finalizers
-    (its HTTP client's socket is the parent's)."""
+def _child(runtime_api_address: str, token: str, parent_pid: int, approved: frozenset[str] | None = None,
+           approved_file: Path | None = None) -> None:
+    """In the forked child: run the task (an app not in `approved` refused), then leave without
+    running the parent's finalizers (its HTTP client's socket is the parent's)."""
     code = 1
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        if approved is not None:
+            from fedcare.runtime.flower.approval import approve_only
+
+            approve_only(approved, approved_file)
         code = run_task(runtime_api_address, token, parent_pid)
     except BaseException:  # noqa: BLE001 - a child must never return into the parent's loop
         traceback.print_exc()
@@ -73,9 +83,15 @@ def _child(runtime_api_address: str, token: str, parent_pid: int) -> None:
 
 
 def serve(runtime_api_address: str, modules: Iterable[str] = DEFAULT_PRELOAD, parent_pid: int | None = None,
-          poll_interval: float = 0.1, max_tasks: int | None = None) -> None:
+          poll_interval: float = 0.1, max_tasks: int | None = None, approved_apps: Path | None = None) -> None:
     """Take the SuperNode's ClientApp tasks until the SuperNode (`parent_pid`) ends, SIGTERM
-    or SIGINT, or `max_tasks` tasks were started (tests)."""
+    or SIGINT, or `max_tasks` tasks were started (tests). `approved_apps`: the site's
+    allow-list of app digests, read once here (a malformed one stops the launcher at start)."""
+    approved = None
+    if approved_apps is not None:
+        from fedcare.runtime.flower.approval import read_approved
+
+        approved = read_approved(approved_apps)
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
     from flwr.supercore.app_utils import start_parent_process_monitor
     from flwr.supercore.constant import TaskType
@@ -84,8 +100,12 @@ def serve(runtime_api_address: str, modules: Iterable[str] = DEFAULT_PRELOAD, pa
     from flwr.supercore.runtime import RuntimeHttpClient
 
     took = preload(modules)
+    from fedcare.runtime.digest import code_digest
+
+    code_digest()  # of the code as imported now: every child's site record names it, not what is on disk later
+    only = f"; only the {len(approved)} app(s) approved in {approved_apps}" if approved is not None else ""
     print(f"fedcare ClientApp launcher: imported {', '.join([*WARM_MODULES, *modules])} in {took:.1f} s; "
-          f"serving the SuperNode at {runtime_api_address}", file=sys.stderr, flush=True)
+          f"serving the SuperNode at {runtime_api_address}{only}", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if parent_pid is not None:
         start_parent_process_monitor(parent_pid)  # SIGINT when the SuperNode is gone
@@ -106,7 +126,7 @@ def serve(runtime_api_address: str, modules: Iterable[str] = DEFAULT_PRELOAD, pa
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(runtime_api_address, res.token, os.getppid())
+                _child(runtime_api_address, res.token, os.getppid(), approved, approved_apps)
             children.add(pid)
             started += 1
     except KeyboardInterrupt:
