@@ -129,3 +129,20 @@ def test_every_relative_link_points_to_an_existing_file_and_heading(markdown):
         assert path.exists(), f"{markdown.relative_to(ROOT)}: link {link!r} points to a missing file"
         if fragment and path.suffix == ".md":
             assert fragment in anchors(path), f"{markdown.relative_to(ROOT)}: link {link!r}: no such heading"
+
+
+def test_every_test_the_trust_model_names_exists():
+    """docs/deploy.md's trust model backs each line with a test, named `file::test` (a file under
+    tests/; `::test` alone is in the file named before it): each must exist."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text[text.index("## 10. Who can do what"):text.index("\n## 11.")]
+    named, file = [], None
+    for ref in re.findall(r"`([\w/]*(?:\.py)?(?:::\w+)?)`", section):
+        path, _, test = ref.partition("::")
+        if path.endswith(".py"):
+            file = ROOT / "tests" / path.removeprefix("tests/")
+            assert file.is_file(), f"docs/deploy.md names {ref}: no such test file"
+        if test:
+            assert file is not None and f"def {test}(" in file.read_text(), f"docs/deploy.md names {ref}: no such test"
+            named.append(test)
+    assert len(named) >= 15  # every line of the three roles names its test

@@ -28,6 +28,7 @@ def port() -> int:
 # Puts sitecustomize.py on the SuperNodes' path: a 10 s heartbeat instead of Flower's 30 s, so
 # a killed site is marked offline after ~20 s instead of ~60 s (see that file).
 SHORT_HEARTBEAT = Path(__file__).parent / "supernode_heartbeat"
+TESTS = Path(__file__).parents[1]  # the folder of the support package
 
 
 class Deployment:
@@ -90,11 +91,14 @@ class Deployment:
                 raise RuntimeError(f"flwr supernode register {site}: {output}")
 
     def start_site(self, site: str, data_dir: Path, *extra: str, name: str | None = None,
-                   root_certificates: Path | None = None, auth_key: Path | None = None) -> subprocess.Popen:
+                   root_certificates: Path | None = None, auth_key: Path | None = None,
+                   path: tuple[Path, ...] = ()) -> subprocess.Popen:
         """A SuperNode for `site` (process name `name`, default the site), trusting
         `root_certificates` (default the federation's CA), authenticated with `auth_key`
-        (default the site's own key), with a 10 s heartbeat."""
-        pythonpath = os.pathsep.join(p for p in (str(SHORT_HEARTBEAT), os.environ.get("PYTHONPATH")) if p)
+        (default the site's own key), with a 10 s heartbeat; `path`: folders its processes
+        import from (e.g. TESTS, for a module of tests/support its launcher preloads)."""
+        pythonpath = os.pathsep.join(p for p in (str(SHORT_HEARTBEAT), *map(str, path), os.environ.get("PYTHONPATH"))
+                                     if p)
         return self.start(name or site, [
             "flower", "supernode", "--site", site, "--data-dir", str(data_dir),
             "--state-dir", str(self.root / "state" / (name or site)), "--superlink", f"127.0.0.1:{self.port}",

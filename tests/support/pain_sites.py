@@ -5,6 +5,7 @@ its records."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from fedcare.studies.pain.config import PainExperiment
@@ -26,3 +27,15 @@ def config(root: Path, methods: list[str], **deployment) -> PainExperiment:
 def records(run_dir: Path, *types: str) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["type"] in types]
+
+
+def another_site_s_data(cohort: Path, out: Path, subject: int) -> Path:
+    """A copy of `cohort` holding only `subject`'s folders: the data of another site than the one
+    that reads it (whose subject is not there)."""
+    prefix = f"{subject:03d}-"
+
+    def others(folder, names):
+        return [n for n in names if n[:3].isdigit() and n[3:4] == "-" and not n.startswith(prefix)]
+
+    shutil.copytree(cohort, out, ignore=others)
+    return out

@@ -35,6 +35,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from pydantic import ValidationError
 
+from fedcare.algorithms.base import ClientId
 from fedcare.config import ConfigError, Experiment, Runtime
 from fedcare.data.common import DataError
 from fedcare.files import atomic_write_text
@@ -60,6 +61,13 @@ def link_settings(config: Experiment, sites: int) -> LinkSettings:
     d = config.deployment
     return LinkSettings(min_sites=d.quorum(sites), round_timeout=d.round_timeout, connect_timeout=d.connect_timeout,
                         late_sites=d.late_sites)
+
+
+def listed_sites(study: Study) -> dict[str, ClientId]:
+    """The sites a run across sites expects, name -> client: `[deployment.sites]`, else each
+    client's id as its site's name."""
+    names = {c: s for s, c in study.config.deployment.sites.items()}
+    return {names.get(c, str(c)): c for c in study.clients()}
 
 
 def check_experiment(config: Experiment, name: str) -> Study:
@@ -103,23 +111,27 @@ def run_experiment(grid: Grid, rc: Mapping[str, Any]) -> None:
     keys = str(rc.get("site-keys", ""))
     site_keys = json.loads(keys) if keys else None  # {site: its public key}: each node must prove its site
     if str(rc.get(PREFLIGHT_ONLY_KEY, "")).lower() in ("1", "true", "yes"):
+        sites = listed_sites(study)
         link = SiteLink(grid, {"experiment": text, "name": name, RUN_KEY: run_key},
-                        link_settings(config, len(study.clients())), site_keys=site_keys)
-        link.connect(study.clients())
-        write_preflight(check_sites(link, study.preflight_expectations()), Path(str(rc["out"])))
+                        link_settings(config, len(sites)), site_keys=site_keys, sites=sites)
+        link.connect()
+        preflight = check_sites(link, study.preflight_expectations())
+        # a check of the sites is a check of every listed site: one that is not there fails it
+        preflight.problems += [f"site {link.site_name(c)!r} ({c}) is missing: {why}" for c, why in link.absent().items()]
+        write_preflight(preflight, Path(str(rc["out"])))
         return
 
     def runtime(study: Study, write: Records) -> FlowerRuntime:
-        clients = study.clients()
+        sites = listed_sites(study)
         link = SiteLink(grid, {"experiment": text, "name": name, RUN_KEY: run_key},
-                        link_settings(config, len(clients)), on_missed=write, on_participation=write,
-                        site_keys=site_keys)
+                        link_settings(config, len(sites)), on_missed=write, on_participation=write,
+                        site_keys=site_keys, sites=sites)
         if resume:  # what happened before the checkpoint is in its records: the report counts it too
             before = read_run_records(partial)[0]
             link.missed = [r for r in before if r.get("type") == "missed"]
             link.participation = [r for r in before if r.get("type") == "participation"]
             link.refused = [r for r in before if r.get("type") == "refused"]
-        link.connect(clients)
+        link.connect()  # a listed site that is not there is recorded, and the run is not complete
         preflight = check_sites(link, study.preflight_expectations())
         refuse(preflight)  # before any training: a site without what the experiment needs stops the run here
         return FlowerRuntime(link, study.composed.algorithm, run_key, preflight)

@@ -161,8 +161,9 @@ def incomplete_text(run_info: Mapping[str, Any]) -> str | None:
     if status == "finished":
         short = run_info.get("incomplete_sites") or []
         if run_info.get("complete", True) is False and short:  # a run across sites that lost a site on the way
-            return (f"INCOMPLETE FEDERATION: site(s) {', '.join(map(str, short))} did not take part in every round "
-                    "(late or missing: see the notes); these numbers are those of the sites that answered.")
+            return (f"INCOMPLETE FEDERATION: site(s) {', '.join(map(str, short))} did not take part in everything "
+                    "(missing at the start, late, dropped or gone: see the notes); these numbers are those of the "
+                    "sites that answered.")
         return None
     progress = run_info.get("progress") or {}
     how = "`fedcare flower run --resume`" if run_info.get("runtime") == "flower" else "`fedcare resume`"

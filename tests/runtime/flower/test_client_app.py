@@ -1,12 +1,23 @@
 """The ClientApp (fedcare.runtime.flower.client_app): a site's client id comes from its node config,
-never from Flower's node ids."""
+never from Flower's node ids; a site that cannot take part answers its greeting with its error,
+signed with its key, and a bug keeps its traceback."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from fedcare.runtime.flower.client_app import client_id_from
+import pytest
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+
+from fedcare.data.common import DataError
+from fedcare.runtime.flower.certs import make_site_key
+from fedcare.runtime.flower.client_app import build_client_app, client_id_from
+from fedcare.runtime.flower.identity import claim_problem
+from fedcare.runtime.flower.link import HELLO
 from fedcare.runtime.sites import SiteError
+
+from support.flower_grid import client_app_node
+from support.flower_offline import task_identity
 
 
 CLIENTS = [1, 2, 3]  # partition-id i <-> client CLIENTS[i]
@@ -20,3 +31,44 @@ def test_client_id_comes_from_node_config_never_from_flower_node_ids():
         client_id_from({}, CLIENTS)
     with pytest.raises(SiteError, match="partition-id 3"):
         client_id_from({"partition-id": 3}, CLIENTS)
+
+
+# -- the greeting at the site: a site that cannot take part says so, as itself ------------------
+def _greeted(app, node_config, challenge="c" * 64):
+    """The site's answer to the coordinator's greeting (a QUERY carrying the experiment)."""
+    with task_identity():
+        greeting = Message(RecordDict({HELLO: ConfigRecord({"experiment": "x", "challenge": challenge})}),
+                           dst_node_id=7, message_type=MessageType.QUERY)
+        greeting.metadata.__dict__["_message_id"] = "m1"
+        reply = client_app_node(app, 7, node_config)(greeting)
+    return reply if reply.has_error() else json.loads(reply.content.config_records[HELLO]["json"])
+
+
+def _failing_site(error):
+    def open_site(greeting, context):
+        raise error
+    return build_client_app(open_site)
+
+
+def test_a_site_that_cannot_take_part_answers_with_its_error_signed_with_its_key(tmp_path):
+    make_site_key(tmp_path, "site-80")
+    app = _failing_site(DataError(f"{tmp_path}/data: subject 80 not found: no {tmp_path}/data/Images/080-* folder"))
+    node_config = {"site": "site-80", "auth-key": str(tmp_path / "keys" / "site-80"), "data-dir": str(tmp_path / "data")}
+    answer = _greeted(app, node_config)
+    # in the site's own words, its folders named by their option: where its data live is the site's business
+    assert answer["site"] == "site-80"
+    assert answer["error"] == "<data-dir>: subject 80 not found: no <data-dir>/Images/080-* folder"
+    public = (tmp_path / "keys" / "site-80.pub").read_text()
+    assert claim_problem(public, answer["signature"], "c" * 64, "site-80", None, answer["error"]) is None
+    # the signature is of this failure: it proves no claim to a client, nor another error
+    assert claim_problem(public, answer["signature"], "c" * 64, "site-80", 80) is not None
+    assert claim_problem(public, answer["signature"], "c" * 64, "site-80", None, "another error") is not None
+
+
+def test_a_bug_at_a_site_keeps_its_traceback_and_a_nameless_node_its_error():
+    """Only a user's mistake (a UserError) becomes the site's answer; a simulated node (no site
+    name of its own in its node config) fails as before, as does any bug."""
+    reply = _greeted(_failing_site(ValueError("a bug")), {"site": "site-80"})
+    assert reply.has_error() and "ValueError: a bug" in reply.error.reason
+    reply = _greeted(_failing_site(SiteError("no data")), {"partition-id": 0})
+    assert reply.has_error() and "SiteError: no data" in reply.error.reason

@@ -27,6 +27,7 @@ from fedcare.algorithms.base import NUM_EXAMPLES, TRAIN_LOSS, Algorithm
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import ClientData, predict
 from fedcare.compute import compute_facts
+from fedcare.errors import UserError
 from fedcare.runtime.clients import ClientRunner, Fit
 from fedcare.runtime.flower.identity import SiteKeyError, sign_claim
 from fedcare.runtime.flower.link import HELLO
@@ -43,6 +44,7 @@ SITE_KEY, DATA_DIR_KEY, STATE_DIR_KEY, AUTH_KEY_KEY = "site", "data-dir", "state
 PARTITION_ID_KEY = "partition-id"  # set by Flower's Simulation Engine instead
 MIN_COUNT_KEY = "preflight-min-count"  # node config: counts below it leave the site as "<k" (default 5)
 GREETING = "fedcare-greeting"  # Context.state: what the site was greeted with
+MAX_ERROR = 2000  # characters of a site's error that its failed greeting's answer carries
 
 # (the greeting's content, the node's context) -> the site and the builder of its model and algorithms
 SiteOpener = Callable[[Mapping[str, Any], Context], tuple[Site, Builder]]
@@ -103,22 +105,31 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
     @app.query()
     def hello(msg: Message, context: Context) -> Message:
         greeting = dict(msg.content.config_records[HELLO])
-        opened = open_site(greeting, context)  # fails here, naming the problem, before any training
-        context.state[GREETING] = ConfigRecord({"json": json.dumps(greeting)})
-        site = open_node(opened, context).site
-        name = _site_name(context, site)
-        answer = {"client": site.client, "site": name, "summary": site.summary(),
-                  "synthetic": bool(site.synthetic),
-                  "preflight": site_summary(site, _min_count(context)),  # aggregates only, small counts suppressed
-                  # threads as the experiment set them; the device and precision this site computes in
-                  "compute": {**compute_facts(), **(opened[1].compute.facts() if hasattr(opened[1], "compute") else {})}}
+        try:
+            answer = introduce(greeting, context)
+        except UserError as e:  # this site cannot take part (its data, its settings): it says so, as itself
+            if SITE_KEY not in context.node_config:
+                raise  # a simulated node has no name of its own to fail under
+            answer = {"site": str(context.node_config[SITE_KEY]), "error": _own_words(str(e), context)[:MAX_ERROR]}
         key_file = context.node_config.get(AUTH_KEY_KEY)
         if key_file and "challenge" in greeting:  # prove to the coordinator that this node is the site
             try:
-                answer["signature"] = sign_claim(Path(str(key_file)), str(greeting["challenge"]), name, site.client)
+                answer["signature"] = sign_claim(Path(str(key_file)), str(greeting["challenge"]), answer["site"],
+                                                 answer.get("client"), answer.get("error"))
             except SiteKeyError as e:
-                raise SiteError(f"site {name!r}: {e}") from None
+                raise SiteError(f"site {answer['site']!r}: {e}") from None
         return Message(RecordDict({HELLO: ConfigRecord({"json": json.dumps(answer)})}), reply_to=msg)
+
+    def introduce(greeting: dict, context: Context) -> dict:
+        """The greeting's answer: which site and client this node is, and the facts the coordinator needs."""
+        opened = open_site(greeting, context)  # fails here, naming the problem, before any training
+        context.state[GREETING] = ConfigRecord({"json": json.dumps(greeting)})
+        site = open_node(opened, context).site
+        return {"client": site.client, "site": _site_name(context, site), "summary": site.summary(),
+                "synthetic": bool(site.synthetic),
+                "preflight": site_summary(site, _min_count(context)),  # aggregates only, small counts suppressed
+                # threads as the experiment set them; the device and precision this site computes in
+                "compute": {**compute_facts(), **(opened[1].compute.facts() if hasattr(opened[1], "compute") else {})}}
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -149,6 +160,16 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
                        reply_to=msg)
 
     return app
+
+
+def _own_words(error: str, context: Context) -> str:
+    """A site's error as it leaves the site: its folders named by their option, not their paths
+    (where a site keeps its data is the site's business)."""
+    for key in (DATA_DIR_KEY, STATE_DIR_KEY, AUTH_KEY_KEY):
+        folder = context.node_config.get(key)
+        if folder:
+            error = error.replace(str(Path(str(folder)).resolve()), f"<{key}>").replace(str(folder), f"<{key}>")
+    return error
 
 
 def _min_count(context: Context) -> int:

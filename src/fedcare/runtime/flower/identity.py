@@ -6,7 +6,9 @@ belongs to. fedcare's coordinator does: `fedcare flower certs` made `keys/<site>
 `keys/<site>.pub`. So the greeting carries a fresh random challenge, each site signs
 (challenge, site name, client id) with its private key (the SuperNode's `--auth-key`), and the
 coordinator checks the signature against `<site>.pub`. A node that claims a site without
-its key is refused and never takes that site's place.
+its key is refused and never takes that site's place. A site that cannot take part (its data,
+its settings) signs (challenge, site name, its error) instead: its failure is then known to be
+that site's, not a stranger's.
 """
 
 from __future__ import annotations
@@ -34,28 +36,32 @@ def new_challenge() -> str:
     return secrets.token_hex(32)
 
 
-def _claim(challenge: str, site: str, client: object) -> bytes:
+def _claim(challenge: str, site: str, client: object, error: str | None) -> bytes:
+    if error is not None:  # a failure: the site says why it cannot take part
+        return "\0".join(["fedcare-site-failure-v1", challenge, site, error]).encode()
     return "\0".join(["fedcare-site-claim-v1", challenge, site, str(client)]).encode()
 
 
-def sign_claim(key_file: Path, challenge: str, site: str, client: object) -> str:
-    """The site's signature (base64) of its claim to be `site` (client `client`)."""
+def sign_claim(key_file: Path, challenge: str, site: str, client: object, error: str | None = None) -> str:
+    """The site's signature (base64) of its claim to be `site` (client `client`), or with
+    `error`, of its failure to take part."""
     try:
         key = load_ssh_private_key(key_file.read_bytes(), password=None)
     except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as e:
         raise SiteKeyError(f"{key_file}: not this site's private key ({e})") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise SiteKeyError(f"{key_file}: not an EC key (make it with `fedcare flower site-key`)")
-    return base64.b64encode(key.sign(_claim(challenge, site, client), _SIGNATURE)).decode()
+    return base64.b64encode(key.sign(_claim(challenge, site, client, error), _SIGNATURE)).decode()
 
 
-def claim_problem(public_key: str, signature: object, challenge: str, site: str, client: object) -> str | None:
-    """Why a site's claim does not hold (None: it holds)."""
+def claim_problem(public_key: str, signature: object, challenge: str, site: str, client: object,
+                  error: str | None = None) -> str | None:
+    """Why a site's claim (or, with `error`, its failure) does not hold (None: it holds)."""
     if not isinstance(signature, str) or not signature:
         return "it sent no signature (its SuperNode was started without --auth-key)"
     try:
         key = load_ssh_public_key(public_key.encode())
-        key.verify(base64.b64decode(signature, validate=True), _claim(challenge, site, client), _SIGNATURE)
+        key.verify(base64.b64decode(signature, validate=True), _claim(challenge, site, client, error), _SIGNATURE)
     except (InvalidSignature, ValueError, TypeError):
         return f"its signature does not match {site}.pub (it does not hold the site's key)"
     return None

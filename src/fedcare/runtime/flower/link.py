@@ -6,7 +6,15 @@
   protocol needs. A node that appears later (a restarted SuperNode) is greeted the same way
   and takes its site's place: the site rejoins. With the sites' public keys (`site_keys`),
   a node must prove with its site's key that it is that site (`identity`): a node that
-  cannot is refused, recorded, and never greeted again.
+  cannot is refused, recorded, and never greeted again. The answer is read as untrusted input:
+  size-limited, its shape checked, its proof verified before any field is used; a node whose
+  answer is none of that is refused, so no stranger can stop the run. The link knows the
+  sites the experiment lists (`sites`: `[deployment.sites]`): a proven site must be listed
+  with the client it claims, and a listed site that cannot take part (it answers its greeting
+  with its own signed error: wrong data, wrong settings) is that site's failure, named.
+- A listed site that never joined, failed its greeting, was late, dropped or gone is recorded
+  with the reason (a "missed" record per exchange, with method, phase and round): the run goes
+  on when `min_sites` answered, and `FlowerRuntime` never calls it complete.
 - Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
   sleeps 3 s between polls; a site that does not answer within `round_timeout` is late
   (`late_sites`: dropped until it reconnects, skipped for this exchange, or waited for), one
@@ -38,6 +46,7 @@ from torch import nn
 from fedcare.algorithms.base import ClientId
 from fedcare.algorithms.messages import Message as FedMessage
 from fedcare.algorithms.training import ClientData
+from fedcare.config import site_name_problem
 from fedcare.errors import UserError
 from fedcare.runtime.clients import (
     AfterAggregation,
@@ -58,6 +67,10 @@ HELLO = "fedcare-hello"
 # A node that crashed or left: the SuperLink answers for it with one of these.
 UNAVAILABLE = {ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.MESSAGE_UNAVAILABLE,
                ErrorCode.CLIENT_APP_CRASHED}
+# ... and these when our message's time-to-live (round_timeout) ran out first: the site is late, not gone
+EXPIRED = {ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.MESSAGE_UNAVAILABLE}
+MAX_ANSWER = 1 << 20  # characters: a greeting's answer is a few kilobytes; a longer one is not parsed
+MAX_REASON = 500  # characters of a node's or site's own words kept in a record
 
 
 class FlowerRunError(UserError, RuntimeError):
@@ -83,7 +96,7 @@ class LinkSettings:
 class SiteLink:
     def __init__(self, grid: Grid, hello: Mapping[str, Any], settings: LinkSettings,
                  on_missed: Callable[[dict], None] | None = None, on_participation: Callable[[dict], None] | None = None,
-                 site_keys: Mapping[str, str] | None = None):
+                 site_keys: Mapping[str, str] | None = None, sites: Mapping[str, ClientId] | None = None):
         if settings.late_sites not in LATE_POLICIES:
             raise ValueError(f"late_sites {settings.late_sites!r}: expected one of {', '.join(LATE_POLICIES)}")
         self.grid = grid
@@ -102,8 +115,15 @@ class SiteLink:
         self.joins: dict[ClientId, int] = {}  # how often each client has (re)joined
         self.missed: list[dict] = []
         self.refused: list[dict] = []  # nodes that claimed a site they could not prove to be
+        self.out: dict[ClientId, str] = {}  # why a listed site is not connected (failed, refused, dropped, gone)
         self._greeted: set[int] = set()
         self._silent: set[int] = set()  # listed nodes that did not answer: not waited for again
+        # the sites the experiment lists, name -> client ([deployment.sites]); None: any node is taken
+        self.sites = None if sites is None else dict(sites)
+        self._listed_name = {} if sites is None else {c: s for s, c in sites.items()}
+        self._names = dict(self.sites or {})  # the names a node may answer under
+        if site_keys is None:  # Flower's Simulation Engine names a node by its client id
+            self._names.update({str(c): c for c in self._listed_name if str(c) not in self._names})
 
     def _message(self, content: RecordDict, node: int, message_type: str) -> Message:
         # the TTL keeps a message the site could not take in time from reaching it later (a
@@ -114,9 +134,11 @@ class SiteLink:
         return Message(content, dst_node_id=node, message_type=message_type, ttl=self.settings.round_timeout)
 
     # -- who is who --------------------------------------------------------------------
-    def greet_new_nodes(self) -> None:
+    def greet_new_nodes(self, expected: list[ClientId] | None = None) -> None:
         """Greet the connected nodes that are no site's yet: new SuperNodes, and sites that
-        came back (a restarted SuperNode may keep its node id: it is tied to its key)."""
+        came back (a restarted SuperNode may keep its node id: it is tied to its key). With
+        `expected` (the start), stop waiting once each of those clients' sites has joined or
+        failed: a node that never answers (a stranger's) holds nothing up."""
         listed = set(self.grid.get_node_ids())
         self._silent &= listed  # a node that left may come back under its id: greet it then
         new = sorted(listed - set(self.node_of.values()) - self._silent - {r["node"] for r in self.refused})
@@ -126,40 +148,74 @@ class SiteLink:
         content = RecordDict({HELLO: ConfigRecord({**self.hello, "challenge": challenge})})
         messages = [self._message(content, n, MessageType.QUERY) for n in new]
         first = not self._greeted
-        replies = self._collect(messages, self.settings.connect_timeout if first else self.settings.round_timeout)
+        done = None if expected is None else (lambda: all(c in self.node_of or c in self.out for c in expected))
+        replies = self._collect(messages, self.settings.connect_timeout if first else self.settings.round_timeout,
+                                take=lambda node, reply: self._take_greeting(node, reply, challenge), done=done)
         self._greeted.update(new)
         self._silent |= {n for n in new if n not in replies}  # not asked again while it stays listed
-        for node, reply in replies.items():
-            if reply.has_error():
-                if reply.error.code in UNAVAILABLE:
-                    continue
-                if self.site_keys is not None:  # an unproven node must not be able to stop the run
-                    self._refuse(node, "?", None, f"answered the greeting with an error: {reply.error.reason.strip()}")
-                    continue
-                raise FlowerRunError(f"a site refused the experiment: {reply.error.reason.strip()}")
-            answer = json.loads(str(reply.content.config_records[HELLO]["json"]))
-            cid, site = answer["client"], answer["site"]
-            problem = self._claim_problem(answer, challenge)
-            if problem is not None:
-                self._refuse(node, site, cid, problem)
-                continue
-            if cid in self.node_of and self.node_of[cid] != node and self.site_of[cid] != site:
-                raise FlowerRunError(f"sites {self.site_of[cid]!r} and {site!r} both claim client {cid!r}")
-            self.node_of[cid], self.site_of[cid] = node, site
-            self.summaries[cid] = answer["summary"]
-            self.synthetic[cid] = answer["synthetic"]
-            self.preflight[cid] = answer.get("preflight")
-            if isinstance(answer.get("compute"), dict):
-                self.compute[cid] = answer["compute"]
-            self.joins[cid] = self.joins.get(cid, 0) + 1
 
-    def _claim_problem(self, answer: Mapping[str, Any], challenge: str) -> str | None:
+    def _take_greeting(self, node: int, reply: Message, challenge: str) -> None:
+        """One node's answer to its greeting: it joins as its site, or the site's failure is
+        recorded, or the node is refused."""
+        if reply.has_error():
+            if reply.error.code in UNAVAILABLE:
+                return
+            reason = f"answered the greeting with an error: {_short(reply.error.reason)}"
+            if self.site_keys is None:  # every node is taken at its word: a failing one stops the run
+                raise FlowerRunError(f"a site refused the experiment: {_short(reply.error.reason)}")
+            self._refuse(node, "?", None, reason)  # an unproven node must not be able to stop the run
+            return
+        answer, problem = read_answer(reply)
+        if answer is None:
+            self._refuse(node, "?", None, problem)
+            return
+        site = answer["site"]
+        problem = self._proof_problem(answer, challenge)
+        if problem is not None:
+            self._refuse(node, site, answer.get("client"), problem)
+            return
+        # from here on the node is the site it says it is
+        if "error" in answer:  # the site cannot take part: its own words
+            if self.sites is None:  # no list of sites to record it against
+                raise FlowerRunError(f"site {site!r} refused the experiment: {_short(answer['error'])}")
+            self._silent.add(node)  # greeted again once its SuperNode restarts
+            cid = self._names[site]
+            self.out[cid] = f"its greeting failed: {_short(answer['error'])}"
+            return
+        problem = self._client_problem(site, answer["client"])
+        if problem is not None:
+            self._refuse(node, site, answer["client"], problem)
+            self.out[self._names[site]] = f"refused: {problem}"
+            return
+        cid = answer["client"]
+        if cid in self.node_of and self.node_of[cid] != node and self.site_of[cid] != site:
+            raise FlowerRunError(f"sites {self.site_of[cid]!r} and {site!r} both claim client {cid!r}")
+        self.node_of[cid], self.site_of[cid] = node, site
+        self.out.pop(cid, None)
+        self.summaries[cid] = answer["summary"]
+        self.synthetic[cid] = answer["synthetic"]
+        self.preflight[cid] = answer.get("preflight")
+        if isinstance(answer.get("compute"), dict):
+            self.compute[cid] = answer["compute"]
+        self.joins[cid] = self.joins.get(cid, 0) + 1
+
+    def _proof_problem(self, answer: Mapping[str, Any], challenge: str) -> str | None:
+        """Why a node is not the listed site it names (None: it is, or sites are taken at their word)."""
+        site = answer["site"]
+        if self.sites is not None and site not in self._names:
+            return f"not a site of this experiment ([deployment.sites] lists {', '.join(sorted(self.sites))})"
         if self.site_keys is None:
             return None
-        site = str(answer["site"])
         if site not in self.site_keys:
             return f"no key was issued for a site of that name (not among the {len(self.site_keys)} site keys)"
-        return claim_problem(self.site_keys[site], answer.get("signature"), challenge, site, answer["client"])
+        return claim_problem(self.site_keys[site], answer.get("signature"), challenge, site, answer.get("client"),
+                             answer.get("error"))
+
+    def _client_problem(self, site: str, cid: ClientId) -> str | None:
+        """Why a proven site may not be the client it claims: the experiment lists it as another."""
+        if self.sites is None or _same(self._names[site], cid):
+            return None
+        return f"it claims client {cid!r}, but [deployment.sites] lists site {site!r} as client {self._names[site]!r}"
 
     def _refuse(self, node: int, site: str, cid: ClientId, reason: str) -> None:
         record = {"type": "refused", "node": node, "site": str(site), "client": cid, "reason": reason}
@@ -167,42 +223,67 @@ class SiteLink:
         if self.on_missed is not None:
             self.on_missed(record)
 
-    def connect(self, expected: list[ClientId]) -> None:
-        """Wait until every expected client's site has joined; after `connect_timeout` go on
-        with at least `min_sites` of them, else fail naming the missing ones."""
+    def connect(self, expected: list[ClientId] | None = None) -> None:
+        """Wait until every expected client's site (default: every listed site) has joined or
+        failed; after `connect_timeout` go on with at least `min_sites` of them, recording why
+        each other one is missing, else fail naming them."""
+        expected = list(self._listed_name) if expected is None else list(expected)
         deadline = time.monotonic() + self.settings.connect_timeout
         while True:
-            self.greet_new_nodes()
+            self.greet_new_nodes(expected)
             missing = [c for c in expected if c not in self.node_of]
             if not missing:
                 return
-            if time.monotonic() > deadline:
-                joined = len(expected) - len(missing)
-                if joined >= self.settings.min_sites:
-                    for c in missing:
-                        self._miss(c, {"operation": "start"})
-                    return
-                refused = "".join(f"; node {r['node']} claiming site {r['site']!r} was refused: {r['reason']}"
-                                  for r in self.refused)
-                raise FlowerRunError(
-                    f"only {joined} of {len(expected)} sites joined within {self.settings.connect_timeout:.0f} s "
-                    f"(min_sites = {self.settings.min_sites}); missing clients: {missing}{refused}")
+            if time.monotonic() > deadline or all(c in self.out for c in missing):  # none left to wait for
+                break
             time.sleep(max(self.settings.poll_interval, 0.2))
+        joined = len(expected) - len(missing)
+        if joined >= self.settings.min_sites:
+            for c in missing:
+                self._miss(c, {"operation": "start"}, self.why_out(c))
+            return
+        refused = "".join(f"; node {r['node']} claiming site {r['site']!r} was refused: {r['reason']}"
+                          for r in self.refused)
+        failed = "".join(f"; site {self.site_name(c)!r}: {self.out[c]}" for c in missing if c in self.out)
+        raise FlowerRunError(
+            f"only {joined} of {len(expected)} sites joined within {self.settings.connect_timeout:.0f} s "
+            f"(min_sites = {self.settings.min_sites}); missing clients: {missing}{refused}{failed}")
+
+    def why_out(self, cid: ClientId) -> str:
+        """Why a listed client's site is not connected: failed, refused, dropped, gone, or not running."""
+        if cid in self.out:
+            return self.out[cid]
+        claims = [r["reason"] for r in self.refused if r["site"] == self.site_name(cid)]
+        if claims:
+            return f"not running, or not proven: a node claiming it was refused ({claims[-1]})"
+        return "not running (no node answered the greeting as this site)"
+
+    def absent(self) -> dict[ClientId, str]:
+        """The listed sites that are not connected, and why (`--preflight-only` fails naming them)."""
+        return {c: self.why_out(c) for c in self._listed_name if c not in self.node_of}
 
     def site_name(self, cid: ClientId) -> str:
-        return self.site_of.get(cid, str(cid))
+        return self.site_of.get(cid) or self._listed_name.get(cid, str(cid))
 
     # -- exchanges ---------------------------------------------------------------------
-    def _collect(self, messages: list[Message], timeout: float, late: set[int] | None = None) -> dict[int, Message]:
+    def _collect(self, messages: list[Message], timeout: float, late: set[int] | None = None,
+                 take: Callable[[int, Message], None] | None = None,
+                 done: Callable[[], bool] | None = None) -> dict[int, Message]:
         """Push the messages, poll for replies until each has one or `timeout` passes; keyed
         by node id (a node gets at most one message per exchange). With `late` (a set to fill),
-        the nodes that have not answered by `timeout` are put in it and waited for (late sites: "wait")."""
+        the nodes that have not answered by `timeout` are put in it and waited for (late sites: "wait").
+        `take` is handed each reply as it comes; polling stops early once `done()` holds."""
         ids = dict(zip(self.grid.push_messages(messages), (m.metadata.dst_node_id for m in messages)))
         replies: dict[int, Message] = {}
         deadline = time.monotonic() + timeout
         while ids and (late is not None or time.monotonic() < deadline):
             for reply in self.grid.pull_messages(list(ids)):
-                replies[ids.pop(reply.metadata.reply_to_message_id)] = reply
+                node = ids.pop(reply.metadata.reply_to_message_id)
+                replies[node] = reply
+                if take is not None:
+                    take(node, reply)
+            if done is not None and done():
+                break
             if late is not None and not late and time.monotonic() >= deadline:
                 late.update(ids.values())
             if ids:
@@ -222,17 +303,21 @@ class SiteLink:
         late: list[ClientId] = [c for c in reachable if self.node_of[c] in (late_nodes or ())]
         for c in wanted:
             reply = by_node.get(self.node_of.get(c, -1)) if c in reachable else None
-            if reply is None:
-                if c in reachable:
-                    late.append(c)
-                    if self.settings.late_sites == "drop":  # silent: not waited for again until it rejoins
-                        self._silent.add(self.node_of.pop(c))
-                self._miss(c, {**what, "late": c in reachable})
+            if c not in reachable:
+                self._miss(c, what, f"not connected: {self.why_out(c)}")
+            elif reply is None or (reply.has_error() and reply.error.code in EXPIRED):  # no answer in time
+                late.append(c)
+                if self.settings.late_sites == "drop":  # silent: not waited for again until it rejoins
+                    self._silent.add(self.node_of.pop(c))
+                    self.out[c] = f"dropped after it was late for {_during(what)}"
+                self._miss(c, {**what, "late": True}, f"late: no answer within round_timeout "
+                                                      f"({self.settings.round_timeout:g} s)")
             elif reply.has_error():
                 if reply.error.code not in UNAVAILABLE:
                     raise FlowerRunError(f"site {self.site_name(c)!r} failed: {reply.error.reason.strip()}")
                 self.node_of.pop(c, None)  # gone: do not wait for it again until it rejoins
-                self._miss(c, what)
+                self.out[c] = f"gone during {_during(what)}"
+                self._miss(c, what, f"gone: {_short(reply.error.reason)}")
             else:
                 results[c] = decode_results(reply.content)
         if what.get("operation") in ("fit", "setup"):
@@ -257,9 +342,9 @@ class SiteLink:
         if self.on_participation is not None:
             self.on_participation(record)
 
-    def _miss(self, cid: ClientId, what: Mapping[str, Any]) -> None:
+    def _miss(self, cid: ClientId, what: Mapping[str, Any], reason: str) -> None:
         what = {k: v for k, v in what.items() if k != "late" or v}  # "late": only for a late site
-        record = {"type": "missed", "site": self.site_name(cid), "client": cid, **what}
+        record = {"type": "missed", "site": self.site_name(cid), "client": cid, **what, "reason": reason}
         self.missed.append(record)
         if self.on_missed is not None:
             self.on_missed(record)
@@ -267,6 +352,68 @@ class SiteLink:
 
 def _describe(what: Mapping[str, Any]) -> str:
     return " ".join(f"{k} {v}" for k, v in what.items() if k not in ("data",))
+
+
+def where(record: Mapping[str, Any]) -> str:
+    """Which round an exchange's record (missed, participation) is about: method, phase, round."""
+    at = " ".join(str(record[k]) for k in ("method", "phase") if record.get(k) is not None)
+    return f"{at} round {record['round']}".strip() if record.get("round") is not None else at
+
+
+def _during(what: Mapping[str, Any]) -> str:
+    """An exchange, for a reason: "fit (fedavg train round 2)"."""
+    return f"{what['operation']} ({where(what)})" if where(what) else str(what["operation"])
+
+
+def _short(text: object) -> str:
+    """A node's or site's own words, as a record keeps them: one line, at most MAX_REASON
+    characters, no closing full stop (a record's reasons are joined into sentences)."""
+    words = " ".join(str(text).split()).rstrip(".")
+    return words if len(words) <= MAX_REASON else words[:MAX_REASON] + "..."
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal and of one type: client 43 is not "43" (nor True 1)."""
+    return type(a) is type(b) and a == b
+
+
+def read_answer(reply: Message) -> tuple[dict | None, str]:
+    """A greeting's answer as untrusted input: (the answer, "") when it is a JSON object of at
+    most MAX_ANSWER characters with the fields a site sends, of their types; else (None, why not)."""
+    try:
+        text = reply.content.config_records[HELLO]["json"]
+    except (KeyError, TypeError, AttributeError):
+        return None, "sent a malformed greeting answer: no fedcare answer in it"
+    if not isinstance(text, str) or len(text) > MAX_ANSWER:
+        size = f"{len(text)} characters" if isinstance(text, str) else type(text).__name__
+        return None, f"sent a malformed greeting answer: {size}, expected JSON text of at most {MAX_ANSWER} characters"
+    try:
+        answer = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        return None, f"sent a malformed greeting answer: not JSON ({_short(e)})"
+    problem = _answer_problem(answer)
+    return (answer, "") if problem is None else (None, f"sent a malformed greeting answer: {problem}")
+
+
+def _answer_problem(answer: object) -> str | None:
+    """What in a parsed greeting answer is not what a site sends (None: nothing)."""
+    if not isinstance(answer, dict):
+        return f"a JSON {type(answer).__name__}, not an object"
+    site = answer.get("site")
+    if not isinstance(site, str) or site_name_problem(site):
+        return "its site is not a site's name"
+    if not isinstance(answer.get("signature", ""), str):
+        return "its signature is not text"
+    if "error" in answer:  # a site that cannot take part says why, and nothing else
+        return None if isinstance(answer["error"], str) else "its error is not text"
+    cid = answer.get("client")
+    if isinstance(cid, bool) or not isinstance(cid, (int, str)) or len(str(cid)) > 100:
+        return "its client is not a client id (a number or a short text)"
+    required = {"summary": dict, "synthetic": bool}
+    optional = {"preflight": (dict, type(None)), "compute": dict}
+    wrong = [k for k, kind in required.items() if not isinstance(answer.get(k), kind)]
+    wrong += [k for k, kind in optional.items() if k in answer and not isinstance(answer[k], kind)]
+    return f"{', '.join(wrong)}: missing or of the wrong type" if wrong else None
 
 
 class FlowerClients:
@@ -290,6 +437,7 @@ class FlowerClients:
         self.answered: dict[ClientId, int] = {}
         self.kept: dict[ClientId, int] = {}
         self.resume_from: dict[ClientId, int] = {}  # a resumed run: where each site continues from
+        self.last_round: dict[str, Any] = {}  # the last fit's phase and round: what an evaluation follows
 
     @property
     def min_replies(self) -> int:
@@ -346,6 +494,7 @@ class FlowerClients:
         self.in_snapshot, self.reset = set(saved["in_snapshot"]), set(saved["reset"])
 
     def fit(self, phase: str, rnd: int, work: Work) -> dict[ClientId, FedMessage]:
+        self.last_round = {"phase": phase, "round": rnd}
         return self._exchange({c: [Fit(phase, rnd, m, d)] for c, (m, d) in work.items()},
                               {"operation": "fit", "phase": phase, "round": rnd})
 
@@ -364,7 +513,8 @@ class FlowerClients:
 
     def evaluate(self, work: Work, metrics: str) -> dict[ClientId, dict]:
         return self._exchange({c: [Evaluate(m, d, metrics)] for c, (m, d) in work.items()},
-                              {"operation": f"evaluate {metrics}", "data": sorted({str(d) for _, d in work.values()})})
+                              {"operation": f"evaluate {metrics}", **self.last_round,
+                               "data": sorted({str(d) for _, d in work.values()})})
 
     def exchange(self, name: str, rnd: int, messages: Mapping[ClientId, FedMessage]) -> dict[ClientId, FedMessage]:
         return self._exchange({c: [Exchange(name, rnd, m)] for c, m in messages.items()},
