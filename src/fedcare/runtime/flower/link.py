@@ -7,7 +7,9 @@
   and takes its site's place: the site rejoins. With the sites' public keys (`site_keys`),
   a node must prove with its site's key that it is that site (`identity`): a node that
   cannot is refused, recorded, and never greeted again.
-- Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
+- Every call to the SuperLink goes through `PatientGrid` (`grid.py`): its transient faults (an
+  HTTP 500 from a locked database) are retried within `round_timeout` instead of ending the run.
+  Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
   sleeps 3 s between polls; a site that does not answer within `round_timeout` is late
   (`late_sites`: dropped until it reconnects, skipped for this exchange, or waited for), one
   that the SuperLink reports unavailable has missed that operation: the exchange goes on with
@@ -51,6 +53,7 @@ from fedcare.runtime.clients import (
     Snapshot,
     Work,
 )
+from fedcare.runtime.flower.grid import PatientGrid
 from fedcare.runtime.flower.identity import claim_problem, new_challenge
 from fedcare.runtime.flower.records import Begin, Mark, Resume, decode_results, encode_ops, op_from_plain, op_to_plain
 
@@ -86,7 +89,8 @@ class SiteLink:
                  site_keys: Mapping[str, str] | None = None):
         if settings.late_sites not in LATE_POLICIES:
             raise ValueError(f"late_sites {settings.late_sites!r}: expected one of {', '.join(LATE_POLICIES)}")
-        self.grid = grid
+        # every SuperLink call retried on its transient faults (HTTP 500: a locked database), for up to round_timeout
+        self.grid = grid if isinstance(grid, PatientGrid) else PatientGrid(grid, settings.round_timeout)
         self.site_keys = None if site_keys is None else dict(site_keys)  # None: sites are taken at their word
         self.hello = dict(hello)  # what every site is greeted with (the experiment, as TOML text)
         self.settings = settings
