@@ -247,8 +247,9 @@ def supernode(
         _exec(cmd, dry_run, SUPEREXEC_POLL)
         return
     # Flower starts no SuperExec with --isolation process: the warm launcher takes the tasks.
-    # It is started first, then this process becomes the SuperNode (same pid), which the
-    # launcher watches: it ends with the SuperNode.
+    # It is started first, then this process becomes the SuperNode (same pid). The launcher
+    # ends with the SuperNode: it holds the read end of a pipe whose write end only the
+    # SuperNode holds (kept open across exec), which closes however the SuperNode ends.
     cmd += ["--isolation", "process"]
     launcher = [sys.executable, "-m", "fedcare.cli", "flower", "clientapps", "--runtime-api", f"127.0.0.1:{port}",
                 "--parent-pid", str(os.getpid())]
@@ -259,7 +260,10 @@ def supernode(
     else:
         if shutil.which(cmd[0]) is None:
             _fail(f"{cmd[0]} not found: install fedcare (it brings flwr) on this machine")
-        subprocess.Popen(launcher)
+        end_of_supernode, supernode_alive = os.pipe()
+        subprocess.Popen([*launcher, "--parent-pipe", str(end_of_supernode)], pass_fds=(end_of_supernode,))
+        os.close(end_of_supernode)
+        os.set_inheritable(supernode_alive, True)  # the SuperNode holds it until it ends
     _exec(cmd, dry_run)
 
 
@@ -269,6 +273,10 @@ def clientapps(
     preload: Annotated[list[str], typer.Option(help="A module to import once at start (repeatable; default the "
                                                     "ClientApp of `fedcare flower run`).")] = [],
     parent_pid: Annotated[Optional[int], typer.Option(help="Exit when this process (the SuperNode) ends.")] = None,
+    parent_pipe: Annotated[Optional[int], typer.Option(help="Exit when this file descriptor, the read end of a pipe only "
+                                                            "the SuperNode holds open, closes (what `supernode` passes: "
+                                                            "unlike --parent-pid, it notices a SuperNode that ended "
+                                                            "but was not reaped yet).")] = None,
     poll_interval: Annotated[float, typer.Option(help="Seconds between two looks for a new message (Flower's SuperExec: 1 s).")] = 0.1,
 ) -> None:
     """Site: answer a SuperNode's messages from one warm process (started by `fedcare flower
@@ -277,7 +285,12 @@ def clientapps(
 
     if not 0.01 <= poll_interval <= 60:
         _fail("--poll-interval: between 0.01 and 60 seconds")
-    serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval)
+    if parent_pipe is not None:
+        try:
+            os.fstat(parent_pipe)
+        except OSError:
+            _fail(f"--parent-pipe {parent_pipe}: not an open file descriptor of this process")
+    serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval, parent_pipe=parent_pipe)
 
 
 def _resumable(resume: Path) -> tuple[Path, Path, Path]:
