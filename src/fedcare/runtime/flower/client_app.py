@@ -13,6 +13,7 @@ from those arrays (share-everything algorithms such as FedAvg), replied as Flowe
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +35,8 @@ from fedcare.runtime.flower.records import OPS, decode_ops, encode_results, reco
 from fedcare.runtime.flower.site import FactorySite, SiteError, SiteNode
 from fedcare.runtime.preflight import DEFAULT_MIN_COUNT, site_summary
 from fedcare.runtime.refs import DataRefError, Split
-from fedcare.runtime.sites import Builder, Site
+from fedcare.errors import UserError
+from fedcare.runtime.sites import Builder, Site, without_paths
 
 # node config keys: which site a SuperNode is, where its data and state live, and the key
 # that proves it (the SuperNode's --auth-key: the greeting's challenge is signed with it)
@@ -73,6 +75,23 @@ def _kept_file(state_file: Path | None) -> Path | None:
     return None if state_file is None else state_file.with_suffix(".kept.pt")
 
 
+def keeps_paths_at_the_site(handler: Callable[[Message, Context], Message]) -> Callable[[Message, Context], Message]:
+    """`handler`, whose error leaves the site (Flower sends its text to the coordinator) without
+    the site's paths; the site's own log (Flower logs the error with its cause) keeps them."""
+    @functools.wraps(handler)
+    def call(msg: Message, context: Context) -> Message:
+        try:
+            return handler(msg, context)
+        except Exception as e:
+            text = without_paths(str(e))
+            if text == str(e):
+                raise
+            if isinstance(e, UserError):
+                raise SiteError(text) from e
+            raise RuntimeError(f"{type(e).__name__}: {text}") from e
+    return call
+
+
 def build_client_app(open_site: SiteOpener) -> ClientApp:
     """A ClientApp running fedcare's client operations at the site `open_site` opens."""
     app = ClientApp()
@@ -99,6 +118,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         return node
 
     @app.query()
+    @keeps_paths_at_the_site
     def hello(msg: Message, context: Context) -> Message:
         greeting = dict(msg.content.config_records[HELLO])
         opened = open_site(greeting, context)  # fails here, naming the problem, before any training
@@ -119,6 +139,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         return Message(RecordDict({HELLO: ConfigRecord({"json": json.dumps(answer)})}), reply_to=msg)
 
     @app.train()
+    @keeps_paths_at_the_site
     def train(msg: Message, context: Context) -> Message:
         if OPS not in msg.content.config_records:
             return _strategy_fit(msg, context, node_for)
@@ -135,6 +156,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         return Message(encode_results(results), reply_to=msg)
 
     @app.evaluate()
+    @keeps_paths_at_the_site
     def evaluate(msg: Message, context: Context) -> Message:
         """A plain Flower strategy's evaluation: the received arrays on the site's "eval" data."""
         node = node_for(context)

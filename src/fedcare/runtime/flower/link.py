@@ -56,6 +56,7 @@ from fedcare.runtime.clients import (
 from fedcare.runtime.flower.grid import PatientGrid
 from fedcare.runtime.flower.identity import claim_problem, new_challenge
 from fedcare.runtime.flower.records import Begin, Mark, Resume, decode_results, encode_ops, op_from_plain, op_to_plain
+from fedcare.runtime.sites import without_paths
 
 HELLO = "fedcare-hello"
 # A node that crashed or left: the SuperLink answers for it with one of these.
@@ -138,9 +139,9 @@ class SiteLink:
                 if reply.error.code in UNAVAILABLE:
                     continue
                 if self.site_keys is not None:  # an unproven node must not be able to stop the run
-                    self._refuse(node, "?", None, f"answered the greeting with an error: {reply.error.reason.strip()}")
+                    self._refuse(node, "?", None, f"answered the greeting with an error: {_site_reason(reply)}")
                     continue
-                raise FlowerRunError(f"a site refused the experiment: {reply.error.reason.strip()}")
+                raise FlowerRunError(f"a site refused the experiment: {_site_reason(reply)}")
             answer = json.loads(str(reply.content.config_records[HELLO]["json"]))
             cid, site = answer["client"], answer["site"]
             problem = self._claim_problem(answer, challenge)
@@ -234,7 +235,7 @@ class SiteLink:
                 self._miss(c, {**what, "late": c in reachable})
             elif reply.has_error():
                 if reply.error.code not in UNAVAILABLE:
-                    raise FlowerRunError(f"site {self.site_name(c)!r} failed: {reply.error.reason.strip()}")
+                    raise FlowerRunError(f"site {self.site_name(c)!r} failed: {_site_reason(reply)}")
                 self.node_of.pop(c, None)  # gone: do not wait for it again until it rejoins
                 self._miss(c, what)
             else:
@@ -267,6 +268,12 @@ class SiteLink:
         self.missed.append(record)
         if self.on_missed is not None:
             self.on_missed(record)
+
+
+def _site_reason(reply: Message) -> str:
+    """A site's error as the coordinator keeps it (run.json, the run's error): without the
+    site's paths (a site on fedcare 0.2 sent them; a site's disk is the site's)."""
+    return without_paths(reply.error.reason.strip())
 
 
 def _describe(what: Mapping[str, Any]) -> str:
