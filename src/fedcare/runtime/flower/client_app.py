@@ -1,4 +1,4 @@
-"""The ClientApp a site runs (Flower 1.41, Message API): fedcare's client operations
+"""The ClientApp a site runs (Flower 1.42, Message API): fedcare's client operations
 (`fedcare.runtime.clients`) on the site's own data, through the same `ClientRunner` as the
 in-process simulator.
 

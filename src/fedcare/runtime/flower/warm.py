@@ -1,6 +1,6 @@
 """A warm ClientApp launcher for a SuperNode started with `--isolation process`.
 
-Flower 1.41 runs every message a site receives in a new `flwr-clientapp` process, started by
+Flower 1.42 runs every message a site receives in a new `flwr-clientapp` process, started by
 the SuperNode's SuperExec: each message pays Python, Flower, torch and the app's imports
 again (seconds), and the SuperExec looks for work once a second. With `--isolation process`
 the SuperNode starts no SuperExec and waits for an outside process to take its tasks from
