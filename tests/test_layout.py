@@ -18,7 +18,7 @@ TESTS = ROOT / "tests"
 SRC = ROOT / "src" / "fedcare"
 NOT_TEST_FOLDERS = {"support", "golden", "__pycache__"}  # helpers and data
 # Top-level test files that mirror no module of fedcare: they check the whole tree.
-WHOLE_TREE = {"test_architecture.py", "test_readme.py", "test_layout.py"}
+WHOLE_TREE = {"test_architecture.py", "test_readme.py", "test_layout.py", "test_dependencies.py"}
 # tests/benchmarks/ mirrors the scripts of benchmarks/ (their arithmetic, which the README cites).
 OTHER_MIRRORS = {Path("benchmarks"): ROOT / "benchmarks"}
 

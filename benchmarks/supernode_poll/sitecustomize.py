@@ -1,6 +1,6 @@
 """benchmarks/flower_runtimes.py --deployments warm-fastpoll only, never a deployment setting:
 on PYTHONPATH of that deployment's processes (SuperLink, ServerApp, SuperNodes, ClientApps,
-`flwr`), Python imports this file at start-up. It shortens Flower 1.41's fixed waits, for which
+`flwr`), Python imports this file at start-up. It shortens Flower 1.42's fixed waits, for which
 Flower has no option, to 0.05 s, to measure what a deployed round would cost without them:
 
 - in `flower-supernode`: 3 s between two pulls from the SuperLink when there was no message,

@@ -264,8 +264,9 @@ def supernode(
         _exec(cmd, dry_run, SUPEREXEC_POLL)
         return
     # Flower starts no SuperExec with --isolation process: the warm launcher takes the tasks.
-    # It is started first, then this process becomes the SuperNode (same pid), which the
-    # launcher watches: it ends with the SuperNode.
+    # It is started first, then this process becomes the SuperNode (same pid). The launcher
+    # ends with the SuperNode: it holds the read end of a pipe whose write end only the
+    # SuperNode holds (kept open across exec), which closes however the SuperNode ends.
     cmd += ["--isolation", "process"]
     launcher = [sys.executable, "-m", "fedcare.cli", "flower", "clientapps", "--runtime-api", f"127.0.0.1:{port}",
                 "--parent-pid", str(os.getpid())]
@@ -278,7 +279,10 @@ def supernode(
     else:
         if shutil.which(cmd[0]) is None:
             _fail(f"{cmd[0]} not found: install fedcare (it brings flwr) on this machine")
-        subprocess.Popen(launcher)
+        end_of_supernode, supernode_alive = os.pipe()
+        subprocess.Popen([*launcher, "--parent-pipe", str(end_of_supernode)], pass_fds=(end_of_supernode,))
+        os.close(end_of_supernode)
+        os.set_inheritable(supernode_alive, True)  # the SuperNode holds it until it ends
     _exec(cmd, dry_run)
 
 
@@ -288,6 +292,10 @@ def clientapps(
     preload: Annotated[list[str], typer.Option(help="A module to import once at start (repeatable; default the "
                                                     "ClientApp of `fedcare flower run`).")] = [],
     parent_pid: Annotated[Optional[int], typer.Option(help="Exit when this process (the SuperNode) ends.")] = None,
+    parent_pipe: Annotated[Optional[int], typer.Option(help="Exit when this file descriptor, the read end of a pipe only "
+                                                            "the SuperNode holds open, closes (what `supernode` passes: "
+                                                            "unlike --parent-pid, it notices a SuperNode that ended "
+                                                            "but was not reaped yet).")] = None,
     poll_interval: Annotated[float, typer.Option(help="Seconds between two looks for a new message (Flower's SuperExec: 1 s).")] = 0.1,
     approved_apps: Annotated[Optional[Path], typer.Option(help="Run only the apps whose digests this file lists "
                                                                "(`fedcare flower app-digest`); refuse any other.")] = None,
@@ -298,9 +306,15 @@ def clientapps(
 
     if not 0.01 <= poll_interval <= 60:
         _fail("--poll-interval: between 0.01 and 60 seconds")
+    if parent_pipe is not None:
+        try:
+            os.fstat(parent_pipe)
+        except OSError:
+            _fail(f"--parent-pipe {parent_pipe}: not an open file descriptor of this process")
     if approved_apps is not None:
         _check_approved(approved_apps)
-    serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval, approved_apps=approved_apps)
+    serve(runtime_api, list(preload) or list(DEFAULT_PRELOAD), parent_pid, poll_interval, parent_pipe=parent_pipe,
+          approved_apps=approved_apps)
 
 
 def _check_approved(path: Path) -> None:
@@ -446,13 +460,42 @@ def app_dir() -> Path:
     return Path(str(files("fedcare") / "deployment" / "flwr_app"))
 
 
-def run_status(federation: str, run_id: int) -> dict:
-    out = subprocess.run(["flwr", "ls", federation, "--run-id", str(run_id), "--format", "json"],
-                         capture_output=True, text=True)
-    try:
-        return json.loads(out.stdout)["runs"][0]
-    except (json.JSONDecodeError, KeyError, IndexError):
-        raise RuntimeError(f"flwr ls gave no status for run {run_id}: {out.stdout}{out.stderr}") from None
+def run_status(federation: str, run_id: int, tries: int = 3) -> dict | None:
+    """The run's status from `flwr ls`; None when the SuperLink does not answer `tries` times in a row."""
+    for attempt in range(tries):
+        out = subprocess.run(["flwr", "ls", federation, "--run-id", str(run_id), "--format", "json"],
+                             capture_output=True, text=True)
+        try:
+            return json.loads(out.stdout)["runs"][0]
+        except (json.JSONDecodeError, KeyError, IndexError):
+            if attempt + 1 < tries:
+                time.sleep(attempt + 1)
+    return None
+
+
+def resume_command(partial: Path, federation: str, site_keys: Optional[Path], unverified_sites: bool,
+                   simulation: list[str]) -> str:
+    """The command that continues an interrupted run across the sites, with the options it ran with."""
+    options = [f"--federation {_quote(federation)}"]
+    if site_keys is not None:
+        options.append(f"--site-keys {_quote(str(site_keys.resolve()))}")
+    if unverified_sites:
+        options.append("--unverified-sites")
+    return " ".join([f"fedcare flower run --resume {_quote(str(partial))}", *options, *simulation])
+
+
+SUPERLINK_BACK = "once the SuperLink is back (restarted with the same --database)"
+
+
+def _interrupted(what: str, partial: Path, resume: str, when: str = SUPERLINK_BACK) -> None:
+    """Fail saying what happened to the run and how to continue it from its finished units."""
+    checkpoint = partial / "checkpoint.pt"
+    if checkpoint.is_file():
+        _fail(f"{what}. Its finished units are kept in {partial}; {when}, continue with: {resume}")
+    if partial.is_dir():
+        _fail(f"{what}, before any unit had finished ({partial} holds no checkpoint): start the run again")
+    _fail(f"{what}. If {checkpoint} exists on the coordinator's machine, its finished units are kept: {when}, "
+          f"continue with: {resume}")
 
 
 PREFLIGHT = ".preflight"  # `--preflight-only --out runs/x` checks into runs/x.preflight
@@ -564,19 +607,24 @@ def run_command(
         proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     sys.stdout.write(proc.stdout)
     match = re.search(r"Successfully started run (\d+)", proc.stdout)
-    if proc.returncode != 0 or match is None:
+    if match is None:
         _fail(f"flwr run did not start the run (exit code {proc.returncode}); see its output above")
     run_id = int(match.group(1))
+    simulation = [f"{o} {_quote(str(v))}" for o, v in (("--data-dir", data_dir), ("--state-dir", state_dir),
+                                                        ("--federation-config", federation_config)) if v is not None]
+    resume_with = resume_command(partial_of(out), federation, site_keys, unverified_sites, simulation)
     status = run_status(federation, run_id)
-    while not str(status.get("status", "")).startswith("finished"):  # --stream may return before the status is final
-        time.sleep(1)
+    while status is not None and not str(status.get("status", "")).startswith("finished"):  # --stream may return
+        time.sleep(1)  # before the status is final, or end when its log stream breaks
         status = run_status(federation, run_id)
+    if status is None:  # flwr run said "Connection to the SuperLink is unavailable"
+        _interrupted(f"run {run_id} started, then the SuperLink stopped answering (flwr run exited with "
+                     f"{proc.returncode}): the coordinator crashed or was stopped", partial_of(out), resume_with)
     if status["status"] != FINISHED_OK:
-        kept = partial_of(out)
-        keys_option = f" --site-keys {site_keys}" if site_keys is not None else ""
-        hint = (f"; its finished units are kept: continue with fedcare flower run --resume {kept} --federation "
-                f"{federation}{keys_option}" if (kept / "checkpoint.pt").is_file() else "")
-        _fail(f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip() + hint)
+        details = f"run {run_id} ended {status['status']}: {status.get('status-details', '')}".strip()
+        if (partial_of(out) / "checkpoint.pt").is_file():
+            _interrupted(details, partial_of(out), resume_with, "once what stopped it is put right")
+        _fail(details)
     console.print(f"run {run_id} completed in {time.perf_counter() - t0:.0f} s")
     if preflight_only:
         _print_preflight(out)

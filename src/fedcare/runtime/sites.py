@@ -10,6 +10,7 @@ bound to its experiment (`fedcare.studies.base.Study`) is one. The runtime impor
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -24,6 +25,18 @@ from fedcare.runtime.refs import DataRef
 class SiteError(UserError, RuntimeError):
     """A site cannot take part: unknown site, missing data directory, bad experiment file.
     The message names the site and the problem; a run stops before any training."""
+
+
+# an absolute path (POSIX, home-relative or Windows) not inside a word, number or URL, nor after a
+# placeholder ("<data-dir>/Images" names a folder by its option already)
+_PATH = re.compile(r"(?<![\w.:/~>-])(?:~?/|[A-Za-z]:\\)[^\s'\"`,:;()<>]*")
+AT_THE_SITE = "<a path at the site>"
+
+
+def without_paths(text: str) -> str:
+    """`text` (a site's error, on its way to the coordinator) with every absolute path replaced by
+    "<a path at the site>": a site's disk is the site's; its own log keeps the full text."""
+    return _PATH.sub(AT_THE_SITE, text)
 
 
 class Site(Protocol):

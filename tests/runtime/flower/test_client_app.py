@@ -72,3 +72,41 @@ def test_a_bug_at_a_site_keeps_its_traceback_and_a_nameless_node_its_error():
     assert reply.has_error() and "ValueError: a bug" in reply.error.reason
     reply = _greeted(_failing_site(SiteError("no data")), {"partition-id": 0})
     assert reply.has_error() and "SiteError: no data" in reply.error.reason
+
+
+def test_a_sites_error_leaves_it_without_the_sites_paths(tmp_path):
+    """The coordinator greets a site whose data directory is missing: the answer names the site
+    and the problem, its folder by option, never the path on the site's disk (fedcare 0.2 sent
+    it, and the coordinator copied it into run.json); an error from any other handler leaves
+    without the site's paths too, and the site's own log keeps them (the exception's cause)."""
+    from flwr.app import Context
+
+    from fedcare.config import to_toml
+    from fedcare.deployment.app import client_app
+    from fedcare.runtime.flower.client_app import keeps_paths_at_the_site
+
+    from support.pain import flower_config
+
+    missing = tmp_path / "hospital-b" / "UNBC-McMaster"
+    greeting = {"experiment": to_toml(flower_config(tmp_path, sites={"hospital-a": 43, "hospital-b": 80})),
+                "name": "x.toml"}
+    context = Context(run_id=1, node_id=7, node_config={"site": "hospital-b", "data-dir": str(missing)}, state=RecordDict(),
+                      run_config={})
+    with task_identity(node_id=7):
+        message = Message(RecordDict({HELLO: ConfigRecord(greeting)}), dst_node_id=7, message_type="query")
+        reply = client_app(message=message, context=context)
+    answer = json.loads(reply.content.config_records[HELLO]["json"])
+    assert answer["error"] == "site 'hospital-b': data directory <data-dir> does not exist"
+
+    def fit(msg, context):
+        raise DataError(f"{tmp_path}/cache/x.pt: damaged")
+
+    def bug(msg, context):
+        raise ValueError(f"cannot read {tmp_path}/state/s.pt")
+
+    with pytest.raises(SiteError) as raised:
+        keeps_paths_at_the_site(fit)(None, None)
+    assert str(raised.value) == "<a path at the site>: damaged" and str(tmp_path) in str(raised.value.__cause__)
+    with pytest.raises(RuntimeError) as raised:
+        keeps_paths_at_the_site(bug)(None, None)
+    assert str(raised.value) == "ValueError: cannot read <a path at the site>"

@@ -96,6 +96,8 @@ def test_a_node_without_the_sites_key_is_refused_and_the_site_keeps_its_node(key
         grid.nodes[667] = node("site-43", 43)  # no key at all
         grid.nodes[668] = node("hospital-x", 7, keys / "intruder")  # a site no key was issued for
         grid.nodes[670] = lambda hello: "boom"  # a failing ClientApp must not stop the run
+        # a site on fedcare 0.2 named its paths in its error: the coordinator does not keep them
+        grid.nodes[671] = lambda hello: "<class 'SiteError'>:<'data directory /data/UNBC does not exist'>"
         link.greet_new_nodes()
         assert link.node_of == {43: 101, 80: 102}
         reasons = {r["node"]: r["reason"] for r in link.refused}
@@ -103,6 +105,7 @@ def test_a_node_without_the_sites_key_is_refused_and_the_site_keeps_its_node(key
         assert "sent no signature" in reasons[667]
         assert "no key was issued" in reasons[668]
         assert "answered the greeting with an error: boom" in reasons[670]
+        assert reasons[671].endswith("data directory <a path at the site> does not exist'>")
         refused_before = len(link.refused)
         link.greet_new_nodes()  # a refused node is never greeted again
         assert len(link.refused) == refused_before

@@ -4,6 +4,12 @@ simulator's numbers, is tested end to end in tests/deployment/test_cli_deployed_
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
 
 import pytest
 from flwr.proto.runtime_pb2 import AcquireTaskResponse
@@ -12,6 +18,9 @@ from typer.testing import CliRunner
 
 from fedcare.cli import app
 from fedcare.runtime.flower import warm
+from fedcare.runtime.flower.processes import free_port
+
+from support.site_processes import alive_in_group, describe, fake_supernode, wait_until
 
 
 def _supernode(tmp_path, *extra):
@@ -91,3 +100,70 @@ def test_run_task_returns_flowers_exit_code_instead_of_exiting(monkeypatch, exit
 
     monkeypatch.setattr(flower_clientapp, "run_clientapp", fake_run_clientapp)
     assert warm.run_task("127.0.0.1:1", "t") == expected
+
+
+# -- the launcher dies with its SuperNode, and its ClientApps with it -------------------------
+
+
+def _start_site(tmp_path, behaviour: str) -> subprocess.Popen:
+    """`fedcare flower supernode` (the real command, its own process group) with a fake
+    `flower-supernode` first on PATH, so only the launcher is fedcare's and Flower's."""
+    fake = fake_supernode(tmp_path / "bin", behaviour)
+    scripts = sysconfig.get_path("scripts")
+    env = {**os.environ, "PATH": os.pathsep.join([str(fake), scripts, os.environ.get("PATH", "")])}
+    log = (tmp_path / "site.log").open("w")
+    return subprocess.Popen([sys.executable, "-m", "fedcare.cli", "flower", "supernode", "--site", "a", "--data-dir",
+                             str(tmp_path), "--state-dir", str(tmp_path / "state"), "--insecure", "--port",
+                             str(free_port())], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("end", ["SIGTERM", "SIGKILL", "refused"])
+def test_nothing_of_the_site_outlives_its_supernode_even_unreaped(tmp_path, end):
+    """The SuperNode is SIGTERMed or SIGKILLed once the launcher serves it, or exits at once (as one
+    refused at activation or failing TLS does), and nobody reaps it (a supervisor that reaps late):
+    its launcher ends all the same, so a SuperNode restarted on its port is never served by it
+    (fedcare 0.2's launcher watched the pid, which a zombie keeps)."""
+    site = _start_site(tmp_path, "refused" if end == "refused" else "runs")
+    try:
+        if end != "refused":
+            assert wait_until(lambda: "fedcare ClientApp launcher" in (tmp_path / "site.log").read_text(), 120)
+            assert len(alive_in_group(site.pid)) == 2  # the SuperNode and its launcher
+            os.kill(site.pid, getattr(signal, end))  # the SuperNode only, as `kill PID` does
+        assert wait_until(lambda: alive_in_group(site.pid) == [], 30), (
+            f"left after the SuperNode ended: {describe(alive_in_group(site.pid))}\n{(tmp_path / 'site.log').read_text()}")
+        assert Path(f"/proc/{site.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # still unreaped
+    finally:
+        try:
+            os.killpg(site.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        site.wait()
+
+
+@pytest.mark.timeout(180)
+def test_a_forked_clientapp_ends_with_the_supernode(tmp_path):
+    """A ClientApp still running (say, waiting for a message's content that a crashed coordinator
+    never sends) when the SuperNode ends: the launcher and the ClientApp both end."""
+    end_of_supernode, supernode_alive = os.pipe()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    launcher = subprocess.Popen([sys.executable, "-m", "support.site_processes", str(end_of_supernode), str(tmp_path)],
+                                pass_fds=(end_of_supernode,), env=env)
+    os.close(end_of_supernode)
+    try:
+        assert wait_until(lambda: (tmp_path / "clientapp.pid").is_file(), 120), "the ClientApp never started"
+        clientapp = int((tmp_path / "clientapp.pid").read_text())
+        time.sleep(1)
+        assert launcher.poll() is None and Path(f"/proc/{clientapp}").exists()
+        os.close(supernode_alive)  # the SuperNode ends
+        launcher.wait(30)
+        assert wait_until(lambda: not Path(f"/proc/{clientapp}").exists(), 10), "the forked ClientApp outlived it"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
+def test_clientapps_refuses_a_parent_pipe_that_is_not_open():
+    result = CliRunner().invoke(app, ["flower", "clientapps", "--parent-pipe", "987"])
+    assert result.exit_code == 2 and "--parent-pipe 987: not an open file descriptor" in result.output

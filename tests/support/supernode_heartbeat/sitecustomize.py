@@ -1,6 +1,6 @@
 """On PYTHONPATH of the test deployment's SuperNodes only (support/deployment.py): Python imports
 this file at start-up. In the `flower-supernode` process it shortens the node's heartbeat to
-10 s, the shortest interval the SuperLink accepts (`HEARTBEAT_MIN_INTERVAL`); Flower 1.41 has no
+10 s, the shortest interval the SuperLink accepts (`HEARTBEAT_MIN_INTERVAL`); Flower 1.41 and 1.42 have no
 option for it. The SuperLink marks a node offline after 2 intervals without a heartbeat, so a
 killed site is noticed after about 20 s instead of about a minute
 (tests/deployment/test_cli_deployed_pain.py).

@@ -1,4 +1,4 @@
-"""fedcare on Flower 1.41 (Message API): a ServerApp running a federation's server side and a
+"""fedcare on Flower 1.42 (Message API): a ServerApp running a federation's server side and a
 ClientApp running its client operations at each site. Algorithm code never imports Flower;
 this adapter imports the algorithms, and no study (`fedcare.deployment` binds studies to it)."""
 

@@ -1,4 +1,4 @@
-"""The ClientApp a site runs (Flower 1.41, Message API): fedcare's client operations
+"""The ClientApp a site runs (Flower 1.42, Message API): fedcare's client operations
 (`fedcare.runtime.clients`) on the site's own data, through the same `ClientRunner` as the
 in-process simulator.
 
@@ -13,6 +13,7 @@ from those arrays (share-everything algorithms such as FedAvg), replied as Flowe
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,8 @@ from fedcare.runtime.flower.site import FactorySite, SiteError, SiteNode
 from fedcare.runtime.flower.site_record import SiteRecord, record_file
 from fedcare.runtime.preflight import DEFAULT_MIN_COUNT, site_summary
 from fedcare.runtime.refs import DataRefError, Split
-from fedcare.runtime.sites import Builder, Site
+from fedcare.errors import UserError
+from fedcare.runtime.sites import Builder, Site, without_paths
 
 # node config keys: which site a SuperNode is, where its data and state live, and the key
 # that proves it (the SuperNode's --auth-key: the greeting's challenge is signed with it)
@@ -76,6 +78,23 @@ def _kept_file(state_file: Path | None) -> Path | None:
     return None if state_file is None else state_file.with_suffix(".kept.pt")
 
 
+def keeps_paths_at_the_site(handler: Callable[[Message, Context], Message]) -> Callable[[Message, Context], Message]:
+    """`handler`, whose error leaves the site (Flower sends its text to the coordinator) without
+    the site's paths; the site's own log (Flower logs the error with its cause) keeps them."""
+    @functools.wraps(handler)
+    def call(msg: Message, context: Context) -> Message:
+        try:
+            return handler(msg, context)
+        except Exception as e:
+            text = without_paths(str(e))
+            if text == str(e):
+                raise
+            if isinstance(e, UserError):
+                raise SiteError(text) from e
+            raise RuntimeError(f"{type(e).__name__}: {text}") from e
+    return call
+
+
 def build_client_app(open_site: SiteOpener) -> ClientApp:
     """A ClientApp running fedcare's client operations at the site `open_site` opens."""
     app = ClientApp()
@@ -103,6 +122,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         return node
 
     @app.query()
+    @keeps_paths_at_the_site
     def hello(msg: Message, context: Context) -> Message:
         greeting = dict(msg.content.config_records[HELLO])
         try:
@@ -132,6 +152,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
                 "compute": {**compute_facts(), **(opened[1].compute.facts() if hasattr(opened[1], "compute") else {})}}
 
     @app.train()
+    @keeps_paths_at_the_site
     def train(msg: Message, context: Context) -> Message:
         if OPS not in msg.content.config_records:
             return _strategy_fit(msg, context, node_for)
@@ -148,6 +169,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         return Message(encode_results(results), reply_to=msg)
 
     @app.evaluate()
+    @keeps_paths_at_the_site
     def evaluate(msg: Message, context: Context) -> Message:
         """A plain Flower strategy's evaluation: the received arrays on the site's "eval" data."""
         node = node_for(context)
@@ -163,13 +185,13 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
 
 
 def _own_words(error: str, context: Context) -> str:
-    """A site's error as it leaves the site: its folders named by their option, not their paths
-    (where a site keeps its data is the site's business)."""
+    """A site's error as it leaves the site: its folders named by their option, any other path
+    as "<a path at the site>" (where a site keeps its data is the site's business)."""
     for key in (DATA_DIR_KEY, STATE_DIR_KEY, AUTH_KEY_KEY):
         folder = context.node_config.get(key)
         if folder:
             error = error.replace(str(Path(str(folder)).resolve()), f"<{key}>").replace(str(folder), f"<{key}>")
-    return error
+    return without_paths(error)  # any other path too
 
 
 def _min_count(context: Context) -> int:

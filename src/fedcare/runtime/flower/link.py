@@ -15,7 +15,9 @@
 - A listed site that never joined, failed its greeting, was late, dropped or gone is recorded
   with the reason (a "missed" record per exchange, with method, phase and round): the run goes
   on when `min_sites` answered, and `FlowerRuntime` never calls it complete.
-- Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
+- Every call to the SuperLink goes through `PatientGrid` (`grid.py`): its transient faults (an
+  HTTP 500 from a locked database) are retried within `round_timeout` instead of ending the run.
+  Replies are collected by polling (`poll_interval`), not with `Grid.send_and_receive`, which
   sleeps 3 s between polls; a site that does not answer within `round_timeout` is late
   (`late_sites`: dropped until it reconnects, skipped for this exchange, or waited for), one
   that the SuperLink reports unavailable has missed that operation: the exchange goes on with
@@ -60,8 +62,10 @@ from fedcare.runtime.clients import (
     Snapshot,
     Work,
 )
+from fedcare.runtime.flower.grid import PatientGrid
 from fedcare.runtime.flower.identity import claim_problem, new_challenge
 from fedcare.runtime.flower.records import Begin, Mark, Resume, decode_results, encode_ops, op_from_plain, op_to_plain
+from fedcare.runtime.sites import without_paths
 
 HELLO = "fedcare-hello"
 # A node that crashed or left: the SuperLink answers for it with one of these.
@@ -99,7 +103,8 @@ class SiteLink:
                  site_keys: Mapping[str, str] | None = None, sites: Mapping[str, ClientId] | None = None):
         if settings.late_sites not in LATE_POLICIES:
             raise ValueError(f"late_sites {settings.late_sites!r}: expected one of {', '.join(LATE_POLICIES)}")
-        self.grid = grid
+        # every SuperLink call retried on its transient faults (HTTP 500: a locked database), for up to round_timeout
+        self.grid = grid if isinstance(grid, PatientGrid) else PatientGrid(grid, settings.round_timeout)
         self.site_keys = None if site_keys is None else dict(site_keys)  # None: sites are taken at their word
         self.hello = dict(hello)  # what every site is greeted with (the experiment, as TOML text)
         self.settings = settings
@@ -314,7 +319,7 @@ class SiteLink:
                                                       f"({self.settings.round_timeout:g} s)")
             elif reply.has_error():
                 if reply.error.code not in UNAVAILABLE:
-                    raise FlowerRunError(f"site {self.site_name(c)!r} failed: {reply.error.reason.strip()}")
+                    raise FlowerRunError(f"site {self.site_name(c)!r} failed: {_site_reason(reply)}")
                 self.node_of.pop(c, None)  # gone: do not wait for it again until it rejoins
                 self.out[c] = f"gone during {_during(what)}"
                 self._miss(c, what, f"gone: {_short(reply.error.reason)}")
@@ -348,6 +353,12 @@ class SiteLink:
         self.missed.append(record)
         if self.on_missed is not None:
             self.on_missed(record)
+
+
+def _site_reason(reply: Message) -> str:
+    """A site's error as the coordinator keeps it (run.json, the run's error): without the
+    site's paths (a site on fedcare 0.2 sent them; a site's disk is the site's)."""
+    return without_paths(reply.error.reason.strip())
 
 
 def _describe(what: Mapping[str, Any]) -> str:

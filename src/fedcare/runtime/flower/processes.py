@@ -50,8 +50,11 @@ def free_port(low: int = 20000, high: int = 32767) -> int:
 
 
 def port_is_free(port: int) -> bool:
-    """Whether a server could bind 127.0.0.1:port now."""
+    """Whether a server could bind 127.0.0.1:port now, binding it as a SuperNode's Runtime API
+    (uvicorn) does: with SO_REUSEADDR, so that a connection of a SuperNode that just ended,
+    waiting out TIME-WAIT (a minute on Linux), does not keep the port taken; a listening socket does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -1,4 +1,4 @@
-"""Client operations and their results as Flower 1.41 records.
+"""Client operations and their results as Flower 1.41 and 1.42 records.
 
 A message to a site is a list of (federation, operation) pairs: the operations' fields as JSON
 in a `ConfigRecord`, each fedcare `Message` they carry as an `ArrayRecord` (its tensors) and a

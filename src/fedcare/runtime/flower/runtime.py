@@ -70,11 +70,12 @@ class FlowerRuntime:
 
     def facts(self) -> dict:
         """What run.json records about the deployment: sites, each site's arithmetic (torch,
-        CPU kernels, threads) and what each missed."""
+        CPU kernels, threads), what each missed, and the SuperLink's faults the ServerApp survived."""
         return {"runtime": "flower",
                 "sites": {self.link.site_name(c): c for c in sorted(self.link.site_of)},
                 "site_compute": {self.link.site_name(c): f for c, f in sorted(self.link.compute.items())},
                 "missed": self.link.missed, "refused": self.link.refused, **self._participation_facts(),
+                "coordinator_faults": self.link.grid.faults,  # the SuperLink's transient faults survived
                 **({"preflight": self.preflight.as_json()} if self.preflight is not None else {})}
 
     def _participation_facts(self) -> dict:

@@ -1,4 +1,4 @@
-"""A ServerApp from Python factories (Flower 1.41, Message API): any algorithm's server half
+"""A ServerApp from Python factories (Flower 1.42, Message API): any algorithm's server half
 over a fixed number of rounds, with the sites reached through `FlowerClients`. (A registered
 study's experiment runs through `fedcare.deployment.app` instead.)"""
 
