@@ -126,7 +126,7 @@ def _run_on_flower(rounds: int) -> list[dict]:
 
 @pytest.mark.timeout(300)
 def test_a_serverapp_whose_superlink_fails_now_and_then_ends_with_the_undisturbed_numbers(monkeypatch):
-    """Every 4th call of the ServerApp's Grid fails (HTTP 500, or SQLite's locked database,
+    """Every 4th call of each of the ServerApp's Grid methods fails (HTTP 500, or SQLite's locked database,
     alternately) where the SuperLink's state is reached: the run ends, every round, with the
     simulator's global model and metrics bit for bit (on fedcare 0.2 the first fault ended it)."""
     from flwr.superlink.grid.inmemory_grid import InMemoryGrid
@@ -137,7 +137,7 @@ def test_a_serverapp_whose_superlink_fails_now_and_then_ends_with_the_undisturbe
         original = getattr(InMemoryGrid, name)
 
         def call(self, *args):
-            if len(injected) < 12 and sum(1 for _ in calls) % 4 == 3:
+            if injected.count(name) < 4 and calls.count(name) % 4 == 3:  # each method: its 4th, 8th, ... call, 4 at most
                 calls.append(name)
                 injected.append(name)
                 raise (http_error(500) if len(injected) % 2 else sqlite3.OperationalError("database is locked"))

@@ -165,9 +165,9 @@ class SiteLink:
         if reply.has_error():
             if reply.error.code in UNAVAILABLE:
                 return
-            reason = f"answered the greeting with an error: {_short(reply.error.reason)}"
+            reason = f"answered the greeting with an error: {_short(_site_reason(reply))}"
             if self.site_keys is None:  # every node is taken at its word: a failing one stops the run
-                raise FlowerRunError(f"a site refused the experiment: {_short(reply.error.reason)}")
+                raise FlowerRunError(f"a site refused the experiment: {_short(_site_reason(reply))}")
             self._refuse(node, "?", None, reason)  # an unproven node must not be able to stop the run
             return
         answer, problem = read_answer(reply)
