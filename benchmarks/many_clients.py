@@ -202,15 +202,16 @@ def main() -> None:
                   + f" | {cell(first, 'state_mb', '{:.2f}')} | "
                   + cell(first, "private_mb_per_client", "{:.2f}", clients)
                   + " | " + " / ".join(cell(got[r], "peak_rss_mb", "{:.0f}") for r in runtimes) + " |", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "many_clients.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    plot(rows, args.out / "many_clients.png")
-    print(f"model {rows[0]['model_mb']:.2f} MB; each case given {args.timeout:.0f} s; {os.cpu_count()} CPU cores; "
-          f"load average before {load_before}, after {' '.join(f'{x:.1f}' for x in os.getloadavg())}; wrote {args.out / 'many_clients.csv'} and "
-          f"{args.out / 'many_clients.png'}")
+    print(f"each case given {args.timeout:.0f} s; {os.cpu_count()} CPU cores; load average before {load_before}, "
+          f"after {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    if rows:  # the finished cases
+        args.out.mkdir(parents=True, exist_ok=True)
+        with open(args.out / "many_clients.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        plot(rows, args.out / "many_clients.png")
+        print(f"model {rows[0]['model_mb']:.2f} MB; wrote {args.out / 'many_clients.csv'} and {args.out / 'many_clients.png'}")
 
 
 def run_case(method: str, clients: int, runtime: str, args) -> dict:
