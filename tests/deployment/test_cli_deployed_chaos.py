@@ -23,7 +23,7 @@ def test_faults_of_every_kind_leave_the_records_of_an_undisturbed_run(tmp_path):
     site_ids = chaos.sites(6)
     data = tmp_path / "PAMAP2_Dataset"
     generate_pamap2(data, seed=2, subjects=sorted(site_ids.values()), seconds_per_activity=2.0)
-    experiment = chaos.config(data, site_ids, rounds=4)
+    experiment = chaos.config(data, site_ids, rounds=3)
     run_experiment_on_flower(experiment, tmp_path / "calm", len(site_ids), "chaos.toml")  # undisturbed
     plan = chaos.schedule(SEED, list(site_ids), experiment.train.rounds)
     print("chaos schedule:", plan.describe())

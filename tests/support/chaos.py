@@ -6,13 +6,15 @@ site identity, one SuperNode per site) runs FedBN on a small synthetic PAMAP2 wi
   or replied: the fault hook of support/supernode_heartbeat/site_faults.py), restarted;
 - a site whose fit reply leaves with a NaN (the same hook): dropped, asked for again;
 - the SuperLink's SQLite database held under a write lock for `LOCK_SECONDS` (longer than its
-  5 s busy timeout: HTTP 500s) mid-round;
-- the coordinator (ServerApp, SuperLink, `flwr run`) SIGKILLed once a round is recorded, the
-  SuperLink restarted and the run continued with `fedcare flower run --resume`.
+  5 s busy timeout: HTTP 500s for the calls that came first) mid-round;
+- the coordinator (ServerApp, SuperLink, `flwr run`) SIGKILLed once a unit (a round) is
+  finished, the SuperLink restarted and the run continued with `fedcare flower run --resume`.
 
 A supervisor restarts every SuperNode that exits (the planned kills, and those Flower 1.42's
 SuperNode makes itself on an HTTP 500), as systemd would, once the SuperLink has marked its
-node offline (Flower lets a node back in only then). The run must end with the metrics.jsonl
+node offline (Flower lets a node back in only then). Flower 1.42's SuperNode sometimes does
+not end after it "terminated gracefully" on an HTTP 500 (its interpreter waits at shutdown):
+the supervisor kills one that still runs `HUNG_AFTER` seconds after saying so, as a watchdog would. The run must end with the metrics.jsonl
 of an undisturbed run, byte for byte. Used by tests/deployment/test_cli_deployed_chaos.py (small)
 and benchmarks/chaos.py (full size)."""
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sqlite3
 import threading
 import time
@@ -33,7 +36,8 @@ from fedcare.studies.fedhealth2.config import FedHealth2Experiment
 from support.deployment import Deployment
 
 PHASE = "train"  # FedHealth 2's federated rounds after its pretraining
-LOCK_SECONDS = 8.0  # the SuperLink's busy timeout is 5 s: a longer lock makes it answer HTTP 500
+LOCK_SECONDS = 6.0  # the SuperLink's busy timeout is 5 s: a call in the lock's first second gets HTTP 500
+HUNG_AFTER = 5.0  # seconds a SuperNode that said it terminated may take to end
 RESTART_AFTER = 23.0  # a killed node is offline after 2 heartbeats of 10 s (support/deployment.py) + a margin
 
 
@@ -60,12 +64,12 @@ class Schedule:
     rounds: int
     kills: tuple[tuple[str, int], ...]  # (site, round): killed mid-fit of that round
     corruptions: tuple[tuple[str, int], ...]  # (site, round): its reply to that fit leaves with a NaN
-    coordinator_kills: tuple[int, ...]  # once this many rounds are recorded: coordinator killed, resumed
+    coordinator_kills: tuple[int, ...]  # once this many units (rounds) are finished: coordinator killed, resumed
     database_locks: tuple[int, ...]  # once this many rounds are recorded: the database locked (mid next round)
 
     def describe(self) -> str:
         return (f"seed {self.seed}, {self.rounds} rounds: sites killed mid-fit {list(self.kills)}; replies corrupted "
-                f"{list(self.corruptions)}; coordinator killed after rounds {list(self.coordinator_kills)}; "
+                f"{list(self.corruptions)}; coordinator killed after units {list(self.coordinator_kills)}; "
                 f"database locked {LOCK_SECONDS:g} s after rounds {list(self.database_locks)}")
 
 
@@ -94,6 +98,12 @@ def site_faults(plan: Schedule, root: Path) -> dict[str, dict]:
     return faults
 
 
+def units_done(partial: Path) -> int:
+    """The units (here: rounds) the run has finished and checkpointed (its run.log says so)."""
+    path = partial / "run.log"
+    return len(re.findall(r" finished \S+ \(\d+ of \d+ units\)", path.read_text())) if path.is_file() else 0
+
+
 def rounds_done(partial: Path) -> int:
     path = partial / "metrics.jsonl"
     lines = path.read_text().splitlines() if path.is_file() else []
@@ -117,11 +127,13 @@ class Outcome:
     seconds: float
     injected: Counter = field(default_factory=Counter)  # fault kind -> how many hit
     site_restarts: int = 0  # SuperNodes the supervisor restarted (the planned kills, and exits on HTTP 500)
+    hung: int = 0  # SuperNodes that said they terminated and did not end: killed by the supervisor
     run_info: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         seen = {k: len(self.run_info.get(k, [])) for k in ("rejoined", "asked_again", "coordinator_faults")}
-        return (f"faults injected: {dict(self.injected)}; SuperNodes restarted: {self.site_restarts}; the last "
+        return (f"faults injected: {dict(self.injected)}; SuperNodes restarted: {self.site_restarts} (of them "
+                f"hung after saying they terminated, killed: {self.hung}); the last "
                 f"ServerApp waited out: {seen}; run complete: {self.run_info.get('complete')}; {self.seconds:.0f} s")
 
 
@@ -137,7 +149,7 @@ def run(root: Path, data: Path, experiment: FedHealth2Experiment, plan: Schedule
 
     def start_site(site: str) -> None:
         env = {"FEDCARE_TEST_FAULTS": json.dumps(faults[site])} if site in faults else {}
-        d.start_site(site, data, env=env)
+        d.start_site(site, data, env={**env, "PYTHONUNBUFFERED": "1"})  # its log as it goes: the supervisor reads it
 
     def researcher(*args: str) -> None:
         d.start("researcher", ["flower", "run", *args, "--federation", "test", "--site-keys", str(d.certs / "keys")])
@@ -152,12 +164,13 @@ def run(root: Path, data: Path, experiment: FedHealth2Experiment, plan: Schedule
         researcher(str(path), "--out", str(outcome.out))
         kills, locks = list(plan.coordinator_kills), list(plan.database_locks)
         died: dict[str, float] = {}
+        said_ended: dict[str, float] = {}  # sites whose SuperNode said it terminated, since when
         while d.processes["researcher"].poll() is None:
             if time.monotonic() - start > timeout:
                 raise TimeoutError(f"the chaos run did not end within {timeout:g} s")
             done = rounds_done(partial)
-            if kills and done >= kills[0]:
-                say(f"round {done} recorded: killing the coordinator, then resuming")
+            if kills and units_done(partial) >= kills[0]:
+                say(f"unit {kills[0]} finished: killing the coordinator, then resuming")
                 kills.pop(0)
                 d.kill_coordinator()
                 outcome.injected["coordinator killed and resumed"] += 1
@@ -171,8 +184,15 @@ def run(root: Path, data: Path, experiment: FedHealth2Experiment, plan: Schedule
                 outcome.injected["SuperLink database locked"] += 1
             for site in site_ids:  # the supervisor
                 proc = d.processes.get(site)
+                if proc is not None and proc.poll() is None and "SuperNode terminated" in d.log(site):
+                    said = said_ended.setdefault(site, time.monotonic())
+                    if time.monotonic() - said > HUNG_AFTER:
+                        say(f"{site} said it terminated {HUNG_AFTER:g} s ago but still runs: killing it")
+                        d.kill(site)  # ends it (and takes it out of d.processes)
+                        outcome.hung += 1
                 if proc is not None and proc.poll() is not None:
-                    del d.processes[site]
+                    said_ended.pop(site, None)
+                    d.processes.pop(site, None)
                     died[site] = time.monotonic()
                     say(f"{site} exited ({proc.returncode}); restarting it in {RESTART_AFTER:g} s")
                 if site in died and time.monotonic() - died[site] > RESTART_AFTER:
