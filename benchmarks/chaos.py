@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test deployment's harness
 
 from fedcare.data.pamap2.synthetic import generate_pamap2  # noqa: E402
+from fedcare.deployment.cli import put_flower_commands_on_path  # noqa: E402
 
 from support import chaos  # noqa: E402
 from support.flower_inprocess import run_experiment_on_flower  # noqa: E402
@@ -35,6 +36,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=37, help="the schedule's seed")
     parser.add_argument("--keep", type=Path, help="a folder to keep the runs and logs in (default: a temporary one)")
     args = parser.parse_args()
+    put_flower_commands_on_path()  # `flwr`, beside this interpreter, for the researcher's commands
     root = args.keep or Path(tempfile.mkdtemp(prefix="fedcare-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     site_ids = chaos.sites(args.sites)

@@ -52,11 +52,12 @@ def _fit_round(m) -> int | None:
     return next((op.round for _, op in decode_ops(m.content, [Split]) if isinstance(op, Fit)), None)
 
 
-def _run(grid: SitesGrid) -> tuple[list[dict], dict, FlowerRuntime]:
+def _run(grid: SitesGrid, connect_timeout: float = 5) -> tuple[list[dict], dict, FlowerRuntime]:
     """ROUNDS rounds of FedDyn and an evaluation across the grid's sites, late_sites = "wait".
     FedDyn's clients keep a correction that every fit changes: a fit run twice from the state
     after it would not give the first reply."""
-    link = SiteLink(grid, {}, LinkSettings(late_sites="wait", round_timeout=5, connect_timeout=5, poll_interval=0.01))
+    link = SiteLink(grid, {}, LinkSettings(late_sites="wait", round_timeout=5, connect_timeout=connect_timeout,
+                                           poll_interval=0.01))
     link.connect(CLIENTS)
     model = tiny_model()
     federation = Federation(model, feddyn(SETTINGS), SEED, clients=FlowerClients(link, "federation-1", "feddyn", SEED,
@@ -103,6 +104,25 @@ def test_a_site_killed_mid_fit_is_waited_for_and_its_message_sent_again(tmp_path
     assert [(r["site"], r["operation"], r["round"], r["reason"]) for r in facts["rejoined"]] == [
         ("c", "fit", 2, "gone: node 3 is offline")]
     assert [m.metadata.dst_node_id for m in grid.pushed if _fit_round(m) == 2] == [1, 2, 3, 13]  # sent again
+
+
+def test_a_site_that_does_not_rejoin_within_connect_timeout_misses_the_exchange(tmp_path):
+    grid = SitesGrid({})
+    first = _site("c", tmp_path / "c", 3)
+
+    def dies_for_good_in_round_2(m):
+        if _fit_round(m) != 2:
+            return first(m)
+        del grid.nodes[3]
+        return error_reply(m, ErrorCode.NODE_UNAVAILABLE, "node 3 is offline")
+
+    grid.nodes.update({1: _site("a", tmp_path / "a", 1), 2: _site("b", tmp_path / "b", 2), 3: dies_for_good_in_round_2})
+    infos, _, runtime = _run(grid, connect_timeout=1)
+    assert [i.get("clients") for i in infos[:ROUNDS]] == [3, 2, 2]
+    facts = runtime.facts()
+    assert facts["complete"] is False and facts["rejoined"] == []
+    assert (facts["missed"][0]["operation"], facts["missed"][0]["round"], facts["missed"][0]["reason"]) == (
+        "fit", 2, "gone: node 3 is offline; it did not rejoin within connect_timeout (1 s)")
 
 
 def _corrupted(node, rounds: dict[int, int]):
