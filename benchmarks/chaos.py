@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test deployment's harness
+# ports from a range of their own (support.deployment.port: one per xdist worker): not the suite's
+os.environ.setdefault("PYTEST_XDIST_WORKER", "gw7")
 
 from fedcare.data.pamap2.synthetic import generate_pamap2  # noqa: E402
 from fedcare.deployment.cli import put_flower_commands_on_path  # noqa: E402

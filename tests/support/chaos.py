@@ -12,9 +12,10 @@ site identity, one SuperNode per site) runs FedBN on a small synthetic PAMAP2 wi
 
 A supervisor restarts every SuperNode that exits (the planned kills, and those Flower 1.42's
 SuperNode makes itself on an HTTP 500), as systemd would, once the SuperLink has marked its
-node offline (Flower lets a node back in only then). Flower 1.42's SuperNode sometimes does
-not end after it "terminated gracefully" on an HTTP 500 (its interpreter waits at shutdown):
-the supervisor kills one that still runs `HUNG_AFTER` seconds after saying so, as a watchdog would. The run must end with the metrics.jsonl
+node offline (Flower lets a node back in only then). Flower 1.42's SuperNode does not end
+on an HTTP 500: it logs the error, stops pulling and sending heartbeats, and its process waits
+at shutdown for ever (the SuperLink counts it offline): the supervisor kills one that logged
+an HTTP 500 and still runs `HUNG_AFTER` seconds later, as a watchdog would. The run must end with the metrics.jsonl
 of an undisturbed run, byte for byte. Used by tests/deployment/test_cli_deployed_chaos.py (small)
 and benchmarks/chaos.py (full size)."""
 
@@ -37,7 +38,8 @@ from support.deployment import Deployment
 
 PHASE = "train"  # FedHealth 2's federated rounds after its pretraining
 LOCK_SECONDS = 6.0  # the SuperLink's busy timeout is 5 s: a call in the lock's first second gets HTTP 500
-HUNG_AFTER = 5.0  # seconds a SuperNode that said it terminated may take to end
+HUNG_AFTER = 5.0  # seconds a SuperNode that met an HTTP 500 may take to end by itself
+STOPPED = "500 Internal Server Error"  # what a SuperNode logs as its loop ends on the SuperLink's fault
 RESTART_AFTER = 23.0  # a killed node is offline after 2 heartbeats of 10 s (support/deployment.py) + a margin
 
 
@@ -127,13 +129,13 @@ class Outcome:
     seconds: float
     injected: Counter = field(default_factory=Counter)  # fault kind -> how many hit
     site_restarts: int = 0  # SuperNodes the supervisor restarted (the planned kills, and exits on HTTP 500)
-    hung: int = 0  # SuperNodes that said they terminated and did not end: killed by the supervisor
+    hung: int = 0  # SuperNodes that met an HTTP 500 and did not end: killed by the supervisor
     run_info: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         seen = {k: len(self.run_info.get(k, [])) for k in ("rejoined", "asked_again", "coordinator_faults")}
         return (f"faults injected: {dict(self.injected)}; SuperNodes restarted: {self.site_restarts} (of them "
-                f"hung after saying they terminated, killed: {self.hung}); the last "
+                f"hung after an HTTP 500, killed: {self.hung}); the last "
                 f"ServerApp waited out: {seen}; run complete: {self.run_info.get('complete')}; {self.seconds:.0f} s")
 
 
@@ -164,7 +166,7 @@ def run(root: Path, data: Path, experiment: FedHealth2Experiment, plan: Schedule
         researcher(str(path), "--out", str(outcome.out))
         kills, locks = list(plan.coordinator_kills), list(plan.database_locks)
         died: dict[str, float] = {}
-        said_ended: dict[str, float] = {}  # sites whose SuperNode said it terminated, since when
+        said_ended: dict[str, float] = {}  # sites whose SuperNode met an HTTP 500, since when
         while d.processes["researcher"].poll() is None:
             if time.monotonic() - start > timeout:
                 raise TimeoutError(f"the chaos run did not end within {timeout:g} s")
@@ -184,10 +186,10 @@ def run(root: Path, data: Path, experiment: FedHealth2Experiment, plan: Schedule
                 outcome.injected["SuperLink database locked"] += 1
             for site in site_ids:  # the supervisor
                 proc = d.processes.get(site)
-                if proc is not None and proc.poll() is None and "SuperNode terminated" in d.log(site):
+                if proc is not None and proc.poll() is None and STOPPED in d.log(site):
                     said = said_ended.setdefault(site, time.monotonic())
                     if time.monotonic() - said > HUNG_AFTER:
-                        say(f"{site} said it terminated {HUNG_AFTER:g} s ago but still runs: killing it")
+                        say(f"{site} met an HTTP 500 {HUNG_AFTER:g} s ago and still runs, serving nothing: killing it")
                         d.kill(site)  # ends it (and takes it out of d.processes)
                         outcome.hung += 1
                 if proc is not None and proc.poll() is not None:
