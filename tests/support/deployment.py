@@ -86,7 +86,7 @@ class Deployment:
             env=self.env(self.researcher_home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             cwd=self.root) for site in sites}
         for site, proc in registering.items():
-            output, _ = proc.communicate(timeout=60)
+            output, _ = proc.communicate(timeout=180)  # six `flwr` start-ups at once on a loaded machine
             if proc.returncode != 0:
                 raise RuntimeError(f"flwr supernode register {site}: {output}")
 
