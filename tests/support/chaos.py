@@ -17,8 +17,9 @@ on an HTTP 500: it logs the error, stops pulling and sending heartbeats, and its
 at shutdown for ever (the SuperLink counts it offline): the supervisor kills one that logged
 an HTTP 500 and still runs `HUNG_AFTER` seconds later, as a watchdog would. The database lock
 can also cost the ServerApp its run: the SuperLink, unable to record the ServerApp's heartbeat,
-fails the run ("No heartbeat received from the task"); `fedcare flower run` then says how to
-continue it, and the harness does so (`failed_runs_resumed`), as the coordinator's operator would. The run must end with the metrics.jsonl
+fails the run ("No heartbeat received from the task"), and the SuperLink's SuperExec may be
+gone with it (a resumed run then never starts); `fedcare flower run` says how to continue, and
+the harness restarts the SuperLink and does so (`failed_runs_resumed`), as an operator would. The run must end with the metrics.jsonl
 of an undisturbed run, byte for byte. Used by tests/deployment/test_cli_deployed_chaos.py (small)
 and benchmarks/chaos.py (full size)."""
 
@@ -184,8 +185,10 @@ def run(root: Path, data: Path, experiment: FedHealth2Experiment, plan: Schedule
                 break
             if ended is not None and RESUMABLE in d.log("researcher") and outcome.failed_runs_resumed < 3:
                 # the run failed and said how to continue it: an operator (here, the harness) does so
-                say(f"the run failed ({_last_error(d.log('researcher'))}): resuming it")
+                say(f"the run failed ({_last_error(d.log('researcher'))}): restarting the SuperLink, resuming it")
                 outcome.failed_runs_resumed += 1
+                d.kill_coordinator()  # its SuperExec may have died of the same fault: no ServerApp would start
+                d.start_superlink()
                 researcher("--resume", str(partial))
                 continue
             if ended is not None:

@@ -125,7 +125,9 @@ class Deployment:
             except (OSError, ProcessLookupError):
                 pass  # a process that ended meanwhile
         for name in ("superlink", "researcher"):
-            self.kill(name)
+            if name in self.processes and self.processes[name].poll() is None:
+                self.kill(name)
+            self.processes.pop(name, None)  # one that already ended
 
     def close(self) -> None:
         stop_groups(self.processes.values())
