@@ -9,10 +9,11 @@ import torch
 TESTS = Path(__file__).parent
 
 # pytest-xdist (`-n 2 --dist loadfile`, pyproject.toml) hands test files to its workers in
-# collection order. The Flower deployment tests (pain; surgical and face) take minutes each, most
-# of it waiting on Flower's polls: collected first, one file per worker, they start at once and
-# the rest of the suite follows on whichever worker is free. Paths below tests/.
-FIRST_FILES = ("deployment/test_cli_deployed_pain.py", "deployment/test_cli_deployed_studies.py")
+# collection order. The Flower deployment tests (pain; surgical and face; the chaos test) take
+# minutes each, most of it waiting on Flower's polls and heartbeats: collected first, they start
+# early and the rest of the suite follows on whichever worker is free. Paths below tests/.
+FIRST_FILES = ("deployment/test_cli_deployed_pain.py", "deployment/test_cli_deployed_studies.py",
+               "deployment/test_cli_deployed_chaos.py")
 
 
 def pytest_collection_modifyitems(items):

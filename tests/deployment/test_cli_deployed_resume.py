@@ -5,8 +5,6 @@ uninterrupted run across sites, byte for byte. Three SuperNodes with TLS and aut
 FedBN on a tiny synthetic PAMAP2 (its BatchNorm layers stay at the sites)."""
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -39,20 +37,6 @@ def _rounds_done(partial: Path) -> int:
     return sum(1 for line in lines if '"type": "round"' in line and '"phase": "train"' in line)
 
 
-def _kill_coordinator(d: Deployment) -> None:
-    """SIGKILL the coordinator's host: the ServerApp (in the group of the SuperExec that the SuperLink
-    started in a session of its own, which names the SuperLink's pid), the SuperLink, `flwr run`."""
-    superlink = d.processes["superlink"].pid
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if f"--parent-pid\0{superlink}\0" in cmdline.read_text() + "\0":
-                os.killpg(os.getpgid(int(cmdline.parent.name)), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            pass  # a process that ended meanwhile
-    for name in ("superlink", "researcher"):
-        d.kill(name)
-
-
 @pytest.mark.timeout(1200)
 def test_a_killed_coordinator_resumes_to_the_uninterrupted_records(tmp_path):
     data = tmp_path / "PAMAP2_Dataset"
@@ -73,7 +57,7 @@ def test_a_killed_coordinator_resumes_to_the_uninterrupted_records(tmp_path):
                                "--site-keys", str(d.certs / "keys")])
         wait_for(lambda: _rounds_done(partial) >= 2 or d.processes["researcher"].poll() is not None, 600,
                   "round 2 never finished")
-        _kill_coordinator(d)
+        d.kill_coordinator()
         assert not out.exists() and (partial / "checkpoint.pt").is_file()
         d.start_superlink()  # same database: the sites' keys stay registered; the SuperNodes reconnect
         for site in SITES:

@@ -86,17 +86,18 @@ class Deployment:
             env=self.env(self.researcher_home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             cwd=self.root) for site in sites}
         for site, proc in registering.items():
-            output, _ = proc.communicate(timeout=60)
+            output, _ = proc.communicate(timeout=180)  # six `flwr` start-ups at once on a loaded machine
             if proc.returncode != 0:
                 raise RuntimeError(f"flwr supernode register {site}: {output}")
 
     def start_site(self, site: str, data_dir: Path, *extra: str, name: str | None = None,
                    root_certificates: Path | None = None, auth_key: Path | None = None,
-                   path: tuple[Path, ...] = ()) -> subprocess.Popen:
+                   path: tuple[Path, ...] = (), env: dict | None = None) -> subprocess.Popen:
         """A SuperNode for `site` (process name `name`, default the site), trusting
         `root_certificates` (default the federation's CA), authenticated with `auth_key`
         (default the site's own key), with a 10 s heartbeat; `path`: folders its processes
-        import from (e.g. TESTS, for a module of tests/support its launcher preloads)."""
+        import from (e.g. TESTS, for a module of tests/support its launcher preloads); `env`:
+        more of its environment (the chaos test's FEDCARE_TEST_FAULTS)."""
         pythonpath = os.pathsep.join(p for p in (str(SHORT_HEARTBEAT), *map(str, path), os.environ.get("PYTHONPATH"))
                                      if p)
         return self.start(name or site, [
@@ -104,13 +105,29 @@ class Deployment:
             "--state-dir", str(self.root / "state" / (name or site)), "--superlink", f"127.0.0.1:{self.port}",
             "--root-certificates", str(root_certificates or self.certs / "ca.crt"),
             "--auth-key", str(auth_key or self.certs / "keys" / site), "--port", str(port()), *extra],
-            env={"PYTHONPATH": pythonpath})
+            env={"PYTHONPATH": pythonpath, **(env or {})})
 
     def kill(self, name: str) -> None:
         """SIGKILL a process group: a site that crashes, not one that says goodbye."""
         proc = self.processes.pop(name)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+    def kill_coordinator(self) -> None:
+        """SIGKILL the coordinator's host: the ServerApp (in the group of the SuperExec that the SuperLink
+        started in a session of its own, which names the SuperLink's pid), the SuperLink, `flwr run`
+        (the process named "researcher")."""
+        superlink = self.processes["superlink"].pid
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if f"--parent-pid\0{superlink}\0" in cmdline.read_text() + "\0":
+                    os.killpg(os.getpgid(int(cmdline.parent.name)), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass  # a process that ended meanwhile
+        for name in ("superlink", "researcher"):
+            if name in self.processes and self.processes[name].poll() is None:
+                self.kill(name)
+            self.processes.pop(name, None)  # one that already ended
 
     def close(self) -> None:
         stop_groups(self.processes.values())

@@ -9,6 +9,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import nn
 
@@ -93,8 +94,9 @@ class Federation:
     def run_setup(self, phase: str, data: Mapping[ClientId, Data]) -> None:
         """The algorithm's one-off setup exchange (a round 0), for the clients holding `data`."""
         work = self.work(data)
-        replies, rejected = split_replies(self.clients.setup(phase, work), lambda c, m: setup_reply_problem(
-            m, self.server.setup_reply_problem))
+        problem = lambda c, m: setup_reply_problem(m, self.server.setup_reply_problem)  # noqa: E731
+        replies, rejected = self._ask_again(f"the setup exchange of phase {phase!r}", work,
+                                            *split_replies(self.clients.setup(phase, work), problem), problem)
         odd = disagreeing(replies)
         replies = {c: m for c, m in replies.items() if c not in odd}
         rejected = {**rejected, **odd}
@@ -116,9 +118,11 @@ class Federation:
             replies = self.clients.fit(phase, rnd, work)
             # DP-SGD with a budget: a client with no step left replied without training
             skipped = {c: m for c, m in replies.items() if skipped_reply(m)}
-            replies, rejected = split_replies({c: m for c, m in replies.items() if c not in skipped},
-                                              lambda c, m: fit_reply_problem(m, work[c][0], self.server.reply_problem)
-                                              if c in work else "a reply to no question")
+            problem = lambda c, m: (fit_reply_problem(m, work[c][0], self.server.reply_problem)  # noqa: E731
+                                    if c in work else "a reply to no question")
+            replies, rejected = self._ask_again(
+                f"round {rnd} of phase {phase!r}", work,
+                *split_replies({c: m for c, m in replies.items() if c not in skipped}, problem), problem)
             self._check_left(f"round {rnd} of phase {phase!r}", len(work) - len(skipped), replies, rejected)
             answered = sorted(replies)  # on Flower a site may have dropped out; a rejected reply is a failed client's
         else:  # secure aggregation: the server gets one reply, the survivors' weighted mean
@@ -167,6 +171,22 @@ class Federation:
                                                 replies, answered, secure is not None, sorted(skipped), over_budget,
                                                 info))
         return info
+
+    def _ask_again(self, exchange: str, work: Mapping[ClientId, Any], replies: dict[ClientId, Message],
+                   rejected: dict[ClientId, str], problem: Callable[[ClientId, object], str | None],
+                   ) -> tuple[dict[ClientId, Message], dict[ClientId, str]]:
+        """A runtime whose clients can answer a message again (Flower's, under late_sites =
+        "wait": `FlowerClients.ask_again`) is asked for each dropped reply again, up to
+        `asks_again` times; the replies come back in the clients' order, as the first ones did."""
+        for _ in range(getattr(self.clients, "asks_again", 0)):
+            if not rejected:
+                break
+            for client, why in sorted(rejected.items(), key=lambda item: str(item[0])):
+                log.warning("%s (seed %s), %s: dropped client %r's reply: %s; asking for it again", self.algorithm.name,
+                            self.seed, exchange, client, why)
+            again, rejected = split_replies(self.clients.ask_again(rejected), problem)
+            replies = {c: replies[c] if c in replies else again[c] for c in work if c in replies or c in again}
+        return replies, rejected
 
     def _tell(self, exchange: str, rejected: Mapping[ClientId, str]) -> None:
         """Each dropped reply, on the terminal (and in the run's log: `fedcare.studies.run_record`)."""

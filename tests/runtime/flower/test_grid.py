@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 import torch
+from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 from sqlalchemy.exc import OperationalError as SqlAlchemyOperationalError
 
 from fedcare.algorithms import fedavg
@@ -54,8 +55,12 @@ class FaultyGrid:
         return self._answer("pull_messages", [f"reply to {i}" for i in ids])
 
 
-@pytest.mark.parametrize("fault", [http_error(500), LOCKED, SqlAlchemyOperationalError("UPDATE ...", {}, LOCKED)],
-                         ids=["http-500", "sqlite-locked", "sqlalchemy-locked"])
+# a push whose objects the SuperLink could not store (its database locked mid-push: the chaos test)
+UNSTORED = ObjectPushError("4d32", 1, "s1")
+
+
+@pytest.mark.parametrize("fault", [http_error(500), LOCKED, SqlAlchemyOperationalError("UPDATE ...", {}, LOCKED),
+                                   UNSTORED], ids=["http-500", "sqlite-locked", "sqlalchemy-locked", "push-unstored"])
 def test_a_transient_fault_is_retried_logged_and_recorded(fault, caplog):
     inner = FaultyGrid([fault, fault])
     grid = PatientGrid(inner, budget=30, first_wait=0.01)
@@ -68,7 +73,9 @@ def test_a_transient_fault_is_retried_logged_and_recorded(fault, caplog):
     assert [(f["call"], f["tries"]) for f in grid.faults] == [("pull_messages", 3)]
     assert grid.faults[0]["error"] in ("HTTP 500 from /v1/runtime/pull-messages", "OperationalError: database is locked",
                                        "OperationalError: (sqlite3.OperationalError) database is locked\n"
-                                       "[SQL: UPDATE ...]\n(Background on this error at: https://sqlalche.me/e/21/e3q8)")
+                                       "[SQL: UPDATE ...]\n(Background on this error at: https://sqlalche.me/e/21/e3q8)",
+                                       "ObjectPushError: Failed to push object with ID '4d32' for run 1 using session "
+                                       "'s1'. The push session may have expired or been replaced.")
 
 
 @pytest.mark.parametrize("fault", [http_error(403), http_error(400), sqlite3.OperationalError("no such table: run"),

@@ -7,7 +7,10 @@ killed site is noticed after about 20 s instead of about a minute
 
 Only the node's heartbeat to the SuperLink changes (the interval it declares and how often it
 sends): the SuperNode's own deadlines for its ClientApp processes (`flwr.supercore.corestate`)
-and every other process (SuperExec, ClientApps) keep Flower's defaults."""
+and every other process (SuperExec, ClientApps) keep Flower's defaults.
+
+With FEDCARE_TEST_FAULTS set (the chaos test only), the site's processes also load the fault
+hook of site_faults.py."""
 
 import os
 import sys
@@ -18,3 +21,8 @@ if [os.path.basename(a) for a in sys.orig_argv[1:2]] == ["flower-supernode"]:  #
     from flwr.supercore import heartbeat  # how often the node's HeartbeatSender sends
 
     heartbeat.HEARTBEAT_DEFAULT_INTERVAL = connection.HEARTBEAT_DEFAULT_INTERVAL = HEARTBEAT_MIN_INTERVAL
+
+if os.environ.get("FEDCARE_TEST_FAULTS"):  # the chaos test's faults at this site (site_faults.py)
+    import site_faults  # beside this file, on the same path
+
+    site_faults.install()

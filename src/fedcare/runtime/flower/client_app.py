@@ -105,7 +105,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         site, builder = opened
         state_file = _state_file(context, site)
         record = SiteRecord(record_file(state_file), _site_name(context, site), site.client) if state_file else None
-        node = SiteNode(site, builder, _kept_file(state_file), record)
+        node = SiteNode(site, builder, _kept_file(state_file), record, state_file)
         if not node.restore_from(context.state):
             if state_file is not None:
                 node.load(state_file)
@@ -165,7 +165,7 @@ def build_client_app(open_site: SiteOpener) -> ClientApp:
         node.store(context.state)
         state_file = _state_file(context, node.site)
         if state_file is not None:
-            node.save(state_file)  # Context.state lives only in the SuperNode's memory
+            node.save_after_message(state_file)  # Context.state lives only in the SuperNode's memory
         return Message(encode_results(results), reply_to=msg)
 
     @app.evaluate()

@@ -12,6 +12,10 @@ own `RetryInvoker`), logging every retry, for at most `budget` seconds after its
 units kept for `fedcare flower run --resume`. A Grid that reaches the state in process (Flower's
 `InMemoryGrid`) raises the database error itself: it is retried the same way.
 
+A locked database also fails a push half-way: the SuperLink cannot store one of the message's
+objects and Flower raises `ObjectPushError` ("the push session may have expired or been
+replaced"; met in the chaos test, tests/deployment/test_cli_deployed_chaos.py): it is retried too.
+
 Every call can be repeated: the SuperLink takes a message pushed again (its id is its content's
 hash) once, and a push of its objects in a new session replaces the unfinished one; a pull that
 failed before the SuperLink claimed the replies claimed nothing. Flower's pull is not one
@@ -30,6 +34,7 @@ from typing import Any
 import httpx
 from flwr.app import Message
 from flwr.serverapp import Grid
+from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 from flwr.supercore.retry import RetryInvoker, RetryState, exponential
 
 from fedcare.errors import UserError
@@ -45,7 +50,10 @@ class CoordinatorUnavailable(UserError, RuntimeError):
 
 def transient(error: BaseException) -> bool:
     """Whether `error` is a fault of the SuperLink that a later try may not meet: an HTTP 500,
-    or SQLite's locked or busy database (raised in process, or wrapped by SQLAlchemy)."""
+    SQLite's locked or busy database (raised in process, or wrapped by SQLAlchemy), or a push
+    whose objects the SuperLink could not store (its database locked)."""
+    if isinstance(error, ObjectPushError):
+        return True
     if isinstance(error, httpx.HTTPStatusError):
         return error.response.status_code in TRANSIENT_STATUS
     database = error if isinstance(error, sqlite3.OperationalError) else getattr(error, "orig", None)
@@ -71,7 +79,7 @@ class PatientGrid(Grid):
         self._error = ""  # the last fault met, for `faults`
         self._retry = RetryInvoker(
             lambda: exponential(base_delay=first_wait, max_delay=longest_wait),
-            (httpx.HTTPStatusError, sqlite3.OperationalError, *_sqlalchemy_errors()),
+            (httpx.HTTPStatusError, sqlite3.OperationalError, ObjectPushError, *_sqlalchemy_errors()),
             max_tries=None, max_time=budget, should_giveup=lambda e: not transient(e),
             on_backoff=self._retrying, on_success=self._survived)
 

@@ -23,6 +23,13 @@
   that the SuperLink reports unavailable has missed that operation: the exchange goes on with
   the sites that answered (at least `min_sites`, else the run stops below quorum), and each
   fit records who answered, was late, was missing (a "participation" record).
+- With `late_sites = "wait"` nothing a fault does changes the numbers: a site that the SuperLink
+  reports gone mid-exchange (a killed SuperNode) is waited for up to `connect_timeout` to
+  rejoin, and its message is sent again (`rejoined`); a site whose reply the federation dropped
+  as invalid is asked for it again (`FlowerClients.ask_again`, `asked_again`). The site knows
+  the message by its number and answers it from its state before it (`site.SiteNode`), so the
+  reply is the one an undisturbed run got. Only a site that does not rejoin in time misses the
+  exchange, and only a reply that stays invalid is dropped, as under the other policies.
 - A coordinator's checkpoint (`FlowerClients.state_dict`) holds no site's state: every message
   is numbered (`Mark`), the checkpoint says after which message each site's state counts, and
   the site keeps a copy of that state in its state folder; a resumed run sends `Resume`.
@@ -35,6 +42,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -75,6 +83,9 @@ UNAVAILABLE = {ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, 
 EXPIRED = {ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.MESSAGE_UNAVAILABLE}
 MAX_ANSWER = 1 << 20  # characters: a greeting's answer is a few kilobytes; a longer one is not parsed
 MAX_REASON = 500  # characters of a node's or site's own words kept in a record
+ASK_AGAIN = 2  # late_sites = "wait": how often a site whose reply was invalid is asked for it again
+
+log = logging.getLogger(__name__)
 
 
 class FlowerRunError(UserError, RuntimeError):
@@ -91,9 +102,10 @@ class LinkSettings:
     round_timeout: float = 600.0  # seconds to wait for the sites' replies to one exchange
     # a site that has not answered within round_timeout: "drop" (not asked again until its
     # SuperNode reconnects), "skip-round" (misses this exchange, asked again at the next) or
-    # "wait" (waited for until it answers or the SuperLink reports it gone)
+    # "wait" (waited for until it answers; one reported gone is waited for to rejoin, its message sent again)
     late_sites: str = "drop"
-    connect_timeout: float = 300.0  # seconds to wait for every site at the start
+    # seconds to wait for every site at the start (and, with "wait", for a site gone mid-exchange to rejoin)
+    connect_timeout: float = 300.0
     poll_interval: float = 0.05  # seconds between two looks for replies
 
 
@@ -120,6 +132,9 @@ class SiteLink:
         self.joins: dict[ClientId, int] = {}  # how often each client has (re)joined
         self.missed: list[dict] = []
         self.refused: list[dict] = []  # nodes that claimed a site they could not prove to be
+        # late_sites = "wait": sites that left mid-exchange and answered after rejoining; replies asked for again
+        self.rejoined: list[dict] = []
+        self.asked_again: list[dict] = []
         self.out: dict[ClientId, str] = {}  # why a listed site is not connected (failed, refused, dropped, gone)
         self._greeted: set[int] = set()
         self._silent: set[int] = set()  # listed nodes that did not answer: not waited for again
@@ -295,9 +310,11 @@ class SiteLink:
                 time.sleep(self.settings.poll_interval)
         return replies
 
-    def exchange(self, ops: Mapping[ClientId, list], what: Mapping[str, Any]) -> dict[ClientId, list]:
+    def exchange(self, ops: Mapping[ClientId, list], what: Mapping[str, Any], *, again: bool = False,
+                 ) -> dict[ClientId, list]:
         """Send each client its operations; returns each answering client's results. Clients
-        that do not answer are recorded as missed (`what` says what they missed)."""
+        that do not answer are recorded as missed (`what` says what they missed). `again`: the
+        exchange's messages sent once more (`FlowerClients.ask_again`): no second participation record."""
         self.greet_new_nodes()
         wanted = sorted(ops)
         reachable = [c for c in wanted if c in self.node_of]
@@ -305,6 +322,7 @@ class SiteLink:
         late_nodes: set[int] | None = set() if self.settings.late_sites == "wait" else None
         by_node = self._collect(messages, self.settings.round_timeout, late_nodes) if messages else {}
         results: dict[ClientId, list] = {}
+        gone: dict[ClientId, str] = {}  # "wait": sites the SuperLink reported gone, waited for to rejoin
         late: list[ClientId] = [c for c in reachable if self.node_of[c] in (late_nodes or ())]
         for c in wanted:
             reply = by_node.get(self.node_of.get(c, -1)) if c in reachable else None
@@ -322,10 +340,16 @@ class SiteLink:
                     raise FlowerRunError(f"site {self.site_name(c)!r} failed: {_site_reason(reply)}")
                 self.node_of.pop(c, None)  # gone: do not wait for it again until it rejoins
                 self.out[c] = f"gone during {_during(what)}"
-                self._miss(c, what, f"gone: {_short(reply.error.reason)}")
+                if self.settings.late_sites == "wait":
+                    gone[c] = _short(reply.error.reason)
+                else:
+                    self._miss(c, what, f"gone: {_short(reply.error.reason)}")
             else:
                 results[c] = decode_results(reply.content)
-        if what.get("operation") in ("fit", "setup"):
+        if gone:
+            results.update(self._wait_for_return(ops, gone, what))
+            results = {c: results[c] for c in wanted if c in results}  # the order they are aggregated in
+        if what.get("operation") in ("fit", "setup") and not again:
             self._participation(what, wanted, results, late)
         needed = min(self.settings.min_sites, len(wanted))
         if len(results) < needed:
@@ -333,6 +357,42 @@ class SiteLink:
                 f"below quorum: {_describe(what)}: only {len(results)} of {len(wanted)} sites answered "
                 f"(min_sites = {self.settings.min_sites}); missing: {[self.site_name(c) for c in wanted if c not in results]}. "
                 "The run stops here; its finished units are kept")
+        return results
+
+    def _wait_for_return(self, ops: Mapping[ClientId, list], gone: dict[ClientId, str],
+                         what: Mapping[str, Any]) -> dict[ClientId, list]:
+        """late_sites = "wait": the sites that left during an exchange, waited for up to
+        `connect_timeout` to rejoin; each that does is sent its message again (it answers from
+        its state before that message), each that does not has missed the exchange."""
+        timeout = self.settings.connect_timeout
+        for c, why in gone.items():
+            log.warning("site %r left during %s (%s): waiting up to %g s (connect_timeout) for it to rejoin",
+                        self.site_name(c), _during(what), why, timeout)
+        results: dict[ClientId, list] = {}
+        start = time.monotonic()
+        while gone and time.monotonic() < start + timeout:
+            self.greet_new_nodes()
+            back = [c for c in gone if c in self.node_of]
+            if not back:
+                time.sleep(max(self.settings.poll_interval, 0.2))
+                continue
+            by_node = self._collect([self._message(encode_ops(ops[c]), self.node_of[c], MessageType.TRAIN)
+                                     for c in back], self.settings.round_timeout, set())
+            for c in back:
+                reply = by_node[self.node_of[c]]
+                if reply.has_error() and reply.error.code not in UNAVAILABLE:
+                    raise FlowerRunError(f"site {self.site_name(c)!r} failed: {_site_reason(reply)}")
+                if reply.has_error():  # gone again: waited for again
+                    self.node_of.pop(c)
+                    continue
+                results[c] = decode_results(reply.content)
+                record = {"site": self.site_name(c), "client": c, **what, "reason": f"gone: {gone.pop(c)}",
+                          "seconds": round(time.monotonic() - start, 1)}
+                self.rejoined.append(record)
+                log.warning("site %r rejoined after %.1f s and answered %s", record["site"], record["seconds"],
+                            _during(what))
+        for c, why in gone.items():
+            self._miss(c, what, f"gone: {why}; it did not rejoin within connect_timeout ({timeout:g} s)")
         return results
 
     def _participation(self, what: Mapping[str, Any], wanted: list[ClientId], results: Mapping[ClientId, list],
@@ -449,6 +509,24 @@ class FlowerClients:
         self.kept: dict[ClientId, int] = {}
         self.resume_from: dict[ClientId, int] = {}  # a resumed run: where each site continues from
         self.last_round: dict[str, Any] = {}  # the last fit's phase and round: what an evaluation follows
+        self.last_ops: dict[ClientId, list] = {}  # the last exchange's messages, and what it was
+        self.last_what: dict[str, Any] = {}
+
+    @property
+    def asks_again(self) -> int:
+        """How often the federation asks a site whose reply it dropped for it again (`ask_again`):
+        only a coordinator that waits for its sites does."""
+        return ASK_AGAIN if self.link.settings.late_sites == "wait" else 0
+
+    def ask_again(self, rejected: Mapping[ClientId, str]) -> dict[ClientId, FedMessage]:
+        """Send the sites whose replies were dropped (client -> why) the last exchange's messages
+        again: each answers from its state before that message, as it did the first time."""
+        for c, why in sorted(rejected.items(), key=lambda item: str(item[0])):
+            self.link.asked_again.append({"site": self.link.site_name(c), "client": c, **self.label,
+                                          **self.last_what, "reason": why})
+        results = self.link.exchange({c: self.last_ops[c] for c in rejected}, {**self.label, **self.last_what},
+                                     again=True)
+        return {c: r[-1] for c, r in results.items()}
 
     @property
     def min_replies(self) -> int:
@@ -473,6 +551,7 @@ class FlowerClients:
 
     def _exchange(self, new_ops: Mapping[ClientId, list], what: Mapping[str, Any]) -> dict[ClientId, Any]:
         ops = {c: self._ops(c, new_ops[c]) for c in sorted(new_ops)}
+        self.last_ops, self.last_what = ops, dict(what)  # what `ask_again` sends again
         results = self.link.exchange(ops, {**self.label, **what})
         for c in results:
             self.answered[c] = self.sent[c]

@@ -75,6 +75,8 @@ class FlowerRuntime:
                 "sites": {self.link.site_name(c): c for c in sorted(self.link.site_of)},
                 "site_compute": {self.link.site_name(c): f for c, f in sorted(self.link.compute.items())},
                 "missed": self.link.missed, "refused": self.link.refused, **self._participation_facts(),
+                # late_sites = "wait": the faults it waited out (a site gone and back, a reply asked for again)
+                "rejoined": self.link.rejoined, "asked_again": self.link.asked_again,
                 "coordinator_faults": self.link.grid.faults,  # the SuperLink's transient faults survived
                 **({"preflight": self.preflight.as_json()} if self.preflight is not None else {})}
 

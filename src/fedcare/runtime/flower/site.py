@@ -7,12 +7,19 @@ A site is a `fedcare.runtime.sites.Site` (its client id and its data by referenc
 client state at a time (beginning the next federation drops the last: studies run their
 federations one after another). With a state folder it also keeps the site's own record of
 what it trained on and sent (`fedcare.runtime.flower.site_record`).
+
+A message can come twice: its reply was lost (the SuperNode was killed after the site ran it)
+or dropped as invalid, and a coordinator that waits for its sites (`late_sites = "wait"`)
+sends it again. The site knows it by its number (`Mark`): it goes back to its state from
+before that message (kept in memory, and on disk as the state file before it: `before_file`)
+and runs it again, so the reply is the one the first run made.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +30,7 @@ from flwr.app import ConfigRecord, RecordDict
 from torch import nn
 
 from fedcare.algorithms.base import Algorithm, ClientId
-from fedcare.algorithms.messages import ClientState
+from fedcare.algorithms.messages import ClientState, clone_state
 from fedcare.algorithms.split import load_tensors
 from fedcare.algorithms.training import ClientData
 from fedcare.files import atomic_write_bytes
@@ -34,6 +41,11 @@ from fedcare.runtime.flower.records import Begin, Mark, Resume, record_to_tensor
 from fedcare.runtime.flower.site_record import SiteRecord
 
 SITE_META = "fedcare-site"
+
+
+def before_file(state_file: Path) -> Path:
+    """Where the state file before the last message is kept (`SiteNode.save_after_message`)."""
+    return state_file.with_suffix(".before.pt")
 
 
 @dataclass
@@ -71,7 +83,8 @@ class FactorySite:
 class SiteNode:
     """One site's client within the current federation, run operation by operation."""
 
-    def __init__(self, site: Site, builder: Builder, kept_file: Path | None = None, record: SiteRecord | None = None):
+    def __init__(self, site: Site, builder: Builder, kept_file: Path | None = None, record: SiteRecord | None = None,
+                 state_file: Path | None = None):
         self.site = site
         self.record = record  # the site's own record of the models its data touched (None: no state folder)
         self.builder = builder
@@ -82,8 +95,13 @@ class SiteNode:
         self.seq = 0  # the last message of this federation the site ran (`Mark`)
         self.kept: int | None = None  # the message after which `kept_file` holds this federation's state
         self.kept_file = kept_file  # the state a coordinator's checkpoint refers to (None: no state folder)
+        # the message being handled, (federation, seq), and the state from before it
+        self.before: tuple[tuple[str, int], dict] | None = None
+        self.state_path = state_file  # where the state is saved after every message (None: no state folder)
+        self.repeated = False  # the last message handled had come before
 
     def handle(self, ops: list[tuple[str, Any]]) -> list:
+        self._before_message(ops)
         results = []
         seq = None
         for namespace, op in ops:
@@ -118,6 +136,47 @@ class SiteNode:
         self.namespace, self.algorithm_name = namespace, op.algorithm
         self.runner = ClientRunner(algorithm.client, op.seed, self.site.client, algorithm.client.init_state(self.model))
         self.seq, self.kept = 0, None
+
+    # -- a message that comes again: answered from the state before it ---------------------
+    def _before_message(self, ops: list[tuple[str, Any]]) -> None:
+        """Keep the state from before a new message; go back to it for one that came before."""
+        mark = next(((namespace, op.seq) for namespace, op in ops if isinstance(op, Mark)), None)
+        if mark is None:
+            return
+        self.repeated = self.runner is not None and mark == (self.namespace, self.seq)
+        if self.repeated:
+            self._undo(mark)
+        else:
+            self.before = (mark, self._payload(clone=True))
+
+    def _undo(self, message: tuple[str, int]) -> None:
+        namespace, seq = message
+        if self.before is not None and self.before[0] == message:
+            payload = self.before[1]
+        else:  # a restarted SuperNode: the state file before this one (written before the reply was lost)
+            payload = self._read(self.before_path) if self.before_path is not None else None
+            meta = (payload or {}).get("meta") or {}
+            if payload is None or (meta.get("namespace") == namespace and meta.get("seq") != seq - 1):
+                raise SiteError(f"client {self.site.client!r}: message {seq} of federation {namespace!r} came again, "
+                                "but the state from before it is not kept (a state folder keeps it)")
+            self.before = (message, payload)
+        self._set(payload)
+
+    def _payload(self, clone: bool = False) -> dict:
+        copy = clone_state if clone else (lambda state: state)
+        return {"meta": self.meta(), "state": copy(self.runner.state) if self.runner else None,
+                "best": copy(self.runner.best) if self.runner and self.runner.best is not None else None}
+
+    def _set(self, payload: dict) -> None:
+        if payload["meta"]:
+            state = clone_state(payload["state"])  # the kept copy stays as it is, for a third time
+            self._resume(payload["meta"], state, None if payload["best"] is None else clone_state(payload["best"]))
+        else:  # before the federation's first message
+            self.namespace, self.algorithm_name, self.runner, self.seq, self.kept = None, "", None, 0, None
+
+    @property
+    def before_path(self) -> Path | None:
+        return None if self.state_path is None else before_file(self.state_path)
 
     # -- a coordinator's checkpoint: the site keeps its side of it ---------------------------
     def _keep(self, kept: int | None) -> None:
@@ -170,20 +229,33 @@ class SiteNode:
 
     def save(self, path: Path) -> None:
         """Write the state file atomically: a crash mid-write leaves the previous file whole."""
-        payload = {"meta": self.meta(), "state": self.runner.state if self.runner else None,
-                   "best": self.runner.best if self.runner else None}
         buffer = io.BytesIO()
-        torch.save(payload, buffer)
+        torch.save(self._payload(), buffer)
         atomic_write_bytes(path, buffer.getvalue(), private=True)  # the private layers: 0600 from creation
 
+    def save_after_message(self, path: Path) -> None:
+        """The state file after a message; the one before it is kept beside it (`before_file`),
+        unless the message came again (the file before it is still the one kept)."""
+        self.state_path = path
+        if not self.repeated and path.is_file():
+            os.replace(path, before_file(path))
+        self.save(path)
+
     def load(self, path: Path) -> bool:
-        """Resume from the state file (a restarted SuperNode); False if there is none."""
-        if not path.is_file():
+        """Resume from the state file (a restarted SuperNode); False if there is none. A
+        SuperNode killed between keeping the file before and writing the new one left only the
+        file before: it is the state."""
+        self.state_path = path
+        payload = self._read(path) if path.is_file() else self._read(before_file(path))
+        if payload is None:
             return False
-        payload = torch.load(path, weights_only=True)
         if payload["meta"]:
             self._resume(payload["meta"], payload["state"], payload["best"])
         return True
+
+    @staticmethod
+    def _read(path: Path) -> dict | None:
+        return torch.load(path, weights_only=True) if path.is_file() else None
 
     def _resume(self, meta: dict, state: ClientState, best: ClientState | None) -> None:
         algorithm = self.builder.algorithm(meta["algorithm"])
