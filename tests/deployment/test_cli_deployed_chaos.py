@@ -1,10 +1,12 @@
-"""The chaos test, small (issue 37; the full size: benchmarks/chaos.py): six SuperNodes on
-127.0.0.1 with TLS and signed site identity run FedBN with `late_sites = "wait"` while a seeded
-schedule hits them with one fault of each kind: a site SIGKILLed mid-fit and restarted, a
-site's reply corrupted on the wire, the SuperLink's database locked mid-round (HTTP 500s), and
-the coordinator (ServerApp, SuperLink) SIGKILLed and the run resumed (support/chaos.py). The
-run's metrics.jsonl equals an undisturbed run's byte for byte (Flower's Simulation Engine in
-process: the same ServerApp and ClientApp), and the faults injected and survived are printed."""
+"""The chaos test, small (issue 37; the full size, with every kind of fault: benchmarks/chaos.py):
+six SuperNodes on 127.0.0.1 with TLS and signed site identity run FedBN with `late_sites =
+"wait"` while a seeded schedule hits the sites: one SIGKILLed mid-fit and restarted, one whose
+reply is corrupted on the wire (support/chaos.py). The run's metrics.jsonl equals an undisturbed
+run's byte for byte (Flower's Simulation Engine in process: the same ServerApp and ClientApp),
+and the faults injected and survived are printed. The coordinator's faults are left to their
+own tests, to keep the suite short: the SuperLink's database locked (HTTP 500s, a half-failed
+push: tests/runtime/flower/test_grid.py) and the ServerApp and SuperLink SIGKILLed and resumed
+(tests/deployment/test_cli_deployed_resume.py); benchmarks/chaos.py runs them all together."""
 
 import pytest
 
@@ -25,16 +27,16 @@ def test_faults_of_every_kind_leave_the_records_of_an_undisturbed_run(tmp_path):
     generate_pamap2(data, seed=2, subjects=sorted(site_ids.values()), seconds_per_activity=2.0)
     experiment = chaos.config(data, site_ids, rounds=3)
     run_experiment_on_flower(experiment, tmp_path / "calm", len(site_ids), "chaos.toml")  # undisturbed
-    plan = chaos.schedule(SEED, list(site_ids), experiment.train.rounds)
+    plan = chaos.schedule(SEED, list(site_ids), experiment.train.rounds, coordinator=False)
     print("chaos schedule:", plan.describe())
     outcome = chaos.run(tmp_path / "deploy", data, experiment, plan)
     print("chaos outcome:", outcome.describe())
-    assert outcome.injected == {"site killed mid-fit": 1, "reply corrupted": 1, "SuperLink database locked": 1,
-                                "coordinator killed and resumed": 1}
+    assert {k: n for k, n in outcome.injected.items() if n} == {"site killed mid-fit": 1, "reply corrupted": 1}
     # byte for byte, but for the sites' names: the Simulation Engine's sites are named by their client id
     deployed = (outcome.out / "metrics.jsonl").read_bytes().replace(b'"site-1', b'"1')
     assert deployed == (tmp_path / "calm" / "metrics.jsonl").read_bytes()
     info = outcome.run_info
     assert info["status"] == "finished" and info["complete"] is True and info["missed"] == []
     assert outcome.site_restarts >= 1
-    assert info["coordinator_faults"], "the locked database cost the last ServerApp no retry"
+    assert info["rejoined"] and all(r["reason"].startswith("gone") for r in info["rejoined"])  # the killed site
+    assert len(info["asked_again"]) == 1  # the corrupted reply

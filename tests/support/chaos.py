@@ -80,10 +80,11 @@ class Schedule:
                 f"database locked {LOCK_SECONDS:g} s after rounds {list(self.database_locks)}")
 
 
-def schedule(seed: int, site_names: list[str], rounds: int, each: int = 1) -> Schedule:
+def schedule(seed: int, site_names: list[str], rounds: int, each: int = 1, coordinator: bool = True) -> Schedule:
     """`each` faults of every kind, at rounds and sites drawn from `seed`. A site is killed or
     corrupted at most once per round; the coordinator is killed before the database is locked
-    (run.json keeps the faults the last ServerApp survived)."""
+    (run.json keeps the faults the last ServerApp survived). `coordinator=False`: the sites'
+    faults only (the suite's short version; the coordinator's have their own tests)."""
     rng = random.Random(seed)
 
     def site_rounds(first: int) -> tuple[tuple[str, int], ...]:
@@ -91,7 +92,10 @@ def schedule(seed: int, site_names: list[str], rounds: int, each: int = 1) -> Sc
         return tuple(sorted(picked, key=lambda p: (p[1], p[0])))
 
     half = max(1, rounds // 2)
-    return Schedule(seed, rounds, site_rounds(1), site_rounds(1),
+    kills, corruptions = site_rounds(1), site_rounds(1)
+    if not coordinator:
+        return Schedule(seed, rounds, kills, corruptions, (), ())
+    return Schedule(seed, rounds, kills, corruptions,
                     tuple(sorted(rng.sample(range(1, half + 1), min(each, half)))),
                     tuple(sorted(rng.sample(range(half + 1, rounds), min(each, max(rounds - half - 1, 0))))))
 
