@@ -48,7 +48,8 @@ def test_the_report_shows_the_compute_in_one_line():
 def _runtime(compute: dict) -> FlowerRuntime:
     link = SimpleNamespace(compute=compute, missed=[], refused=[], participation=[], synthetic={},
                            site_of={c: f"site-{c}" for c in compute},
-                           site_name=lambda c: f"site-{c}", grid=SimpleNamespace(faults=[]))
+                           site_name=lambda c: f"site-{c}", grid=SimpleNamespace(faults=[]),
+                           rejoined=[], asked_again=[])
     return FlowerRuntime(link, algorithm=None)
 
 
