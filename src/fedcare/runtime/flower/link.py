@@ -180,10 +180,10 @@ class SiteLink:
         if reply.has_error():
             if reply.error.code in UNAVAILABLE:
                 return
-            reason = f"answered the greeting with an error: {_short(_site_reason(reply))}"
+            error = _short(_site_reason(reply))
             if self.site_keys is None:  # every node is taken at its word: a failing one stops the run
-                raise FlowerRunError(f"a site refused the experiment: {_short(_site_reason(reply))}")
-            self._refuse(node, "?", None, reason)  # an unproven node must not be able to stop the run
+                raise FlowerRunError(f"a site refused the experiment: {error}")
+            self._refuse(node, "?", None, f"answered the greeting with an error: {error}")  # an unproven node must not be able to stop the run
             return
         answer, problem = read_answer(reply)
         if answer is None:
